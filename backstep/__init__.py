@@ -1,0 +1,34 @@
+"""backstep: a terminal stepping debugger for PyTorch backward passes.
+
+``backstep.attach()`` arms the debugger from inside a running script; ``backstep run``,
+``backstep trace`` and ``backstep demo`` are the command-line faces (``backstep --help``).
+Importing this package imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "attach", "attached", "detach"]
+
+
+def attach(*args: Any, **kwargs: Any) -> None:
+    """Arm backstep in this process: the next backward pass stops and the UI opens."""
+    from backstep.attach import attach as _attach
+
+    _attach(*args, **kwargs)
+
+
+def detach() -> None:
+    """Disarm backstep in this process: hooks removed, output restored."""
+    from backstep.attach import detach as _detach
+
+    _detach()
+
+
+def attached(*args: Any, **kwargs: Any) -> Any:
+    """Context manager: ``with backstep.attached(): ...`` arms backstep for the block."""
+    from backstep.attach import attached as _attached
+
+    return _attached(*args, **kwargs)

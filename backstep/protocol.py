@@ -1,0 +1,192 @@
+"""The event and command schema both sides share: stdlib only, JSON only.
+
+Events flow from the debuggee (the process running the user's script) to whoever consumes them: a
+trace file, the live UI, a test. Commands flow from the UI to the debuggee while it is paused.
+
+Every message is one JSON object on one line. Events carry ``"event"``, commands ``"cmd"``.
+Floats that are not finite (NaN, +-Inf) are written as the strings ``"nan"``, ``"inf"``,
+``"-inf"`` so every line is strict JSON that jq and browsers accept.
+
+Events (DESIGN.md names the first five; do not rename them):
+  session     version, torch, argv, pid
+  pass_begin  pass, parent (pass number or null), api ("backward" | "grad"), retain_graph,
+              create_graph, roots (ids), inputs (ids or null), thread, nodes (list of node infos)
+  node        pass, step, id, name, grad_outputs, grad_inputs, saved, error (message or null)
+  accumulate  pass, leaf, id, before, after, retained (True for a non-leaf's retain_grad)
+  pass_end    pass, status ("ok" | "error"), error, skipped (ids)
+  stopped     pass, step, id, name, reason, detail, grad_outputs, saved  (live UI only: the
+              debuggee is paused before node ``id`` and waits for a command)
+  diagnosis   pass, kind, message, node, source
+  tensor      req, ... the answer to a ``tensor`` command
+  exit        code: the script ended (normally, by sys.exit, or by an uncaught exception)
+  error       message, req: a command could not be served
+
+Commands (UI -> debuggee):
+  start       breakpoints, stop_at_pass_start   (sent once, after hello, before the script runs)
+  step | continue | finish | abort | detach | interrupt
+  break       breakpoints: replaces the whole list
+  options     stop_at_pass_start
+  tensor      req, pass, node, slot ("grad_outputs" | "grad_inputs"), index, offset, limit
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+VERSION = 1
+
+EVENTS = frozenset(
+    {
+        "hello",
+        "session",
+        "pass_begin",
+        "node",
+        "accumulate",
+        "pass_end",
+        "stopped",
+        "diagnosis",
+        "tensor",
+        "exit",
+        "error",
+    }
+)
+
+COMMANDS = frozenset(
+    {
+        "start",
+        "step",
+        "continue",
+        "finish",
+        "abort",
+        "detach",
+        "interrupt",
+        "break",
+        "options",
+        "tensor",
+    }
+)
+
+# Why the debuggee stopped (the ``reason`` of a ``stopped`` event).
+STOP_REASONS = ("pass_start", "step", "breakpoint", "interrupt", "nonfinite", "norm")
+
+# Breakpoint kinds and the one field each takes.
+BREAKPOINT_FIELDS = {
+    "node": "pattern",  # glob on the node name: "MulBackward*"
+    "module": "pattern",  # glob on the module path: "model.encoder.*"
+    "leaf": "name",  # a leaf's name: stops before its AccumulateGrad
+    "nonfinite": None,  # a node produced a NaN/Inf gradient
+    "norm": "above",  # a gradient's norm is above this value
+}
+
+# The longest line either side accepts; anything longer is answered with an error and dropped.
+MAX_LINE = 16 * 1024 * 1024
+
+
+class ProtocolError(ValueError):
+    """A message that is not valid JSON or does not fit the schema."""
+
+
+def clean_number(x: float) -> float | str:
+    """A float as JSON can carry it: non-finite values become strings."""
+    if math.isfinite(x):
+        return x
+    if math.isnan(x):
+        return "nan"
+    return "inf" if x > 0 else "-inf"
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as one strict-JSON line (bytes, newline-terminated)."""
+    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def decode(line: bytes | str) -> dict[str, Any]:
+    """Parse one line into a message dict; raise ProtocolError for anything else."""
+    if isinstance(line, bytes):
+        if len(line) > MAX_LINE:
+            raise ProtocolError("message too long")
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"not UTF-8: {exc}") from None
+    try:
+        message = json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("a message must be a JSON object")
+    return message
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"non-standard JSON constant {name}")
+
+
+def validate_command(message: dict[str, Any]) -> dict[str, Any]:
+    """Check a command's name and fields; return it, or raise ProtocolError."""
+    cmd = message.get("cmd")
+    if not isinstance(cmd, str) or cmd not in COMMANDS:
+        raise ProtocolError(f"unknown command {cmd!r}")
+    if cmd in ("start", "break") and "breakpoints" in message:
+        validate_breakpoints(message["breakpoints"])
+    if cmd in ("start", "options") and "stop_at_pass_start" in message:
+        if not isinstance(message["stop_at_pass_start"], bool):
+            raise ProtocolError("stop_at_pass_start must be true or false")
+    if cmd == "tensor":
+        for key in ("req", "pass", "node", "index"):
+            if not isinstance(message.get(key), int) or isinstance(message.get(key), bool):
+                raise ProtocolError(f"tensor: {key} must be an integer")
+        if message.get("slot") not in ("grad_outputs", "grad_inputs"):
+            raise ProtocolError("tensor: slot must be grad_outputs or grad_inputs")
+        for key in ("offset", "limit"):
+            value = message.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ProtocolError(f"tensor: {key} must be a non-negative integer")
+    return message
+
+
+def validate_breakpoints(breakpoints: Any) -> list[dict[str, Any]]:
+    """Check a breakpoint list; return it, or raise ProtocolError."""
+    if not isinstance(breakpoints, list):
+        raise ProtocolError("breakpoints must be a list")
+    for bp in breakpoints:
+        if not isinstance(bp, dict) or bp.get("kind") not in BREAKPOINT_FIELDS:
+            raise ProtocolError(f"bad breakpoint {bp!r}")
+        field = BREAKPOINT_FIELDS[bp["kind"]]
+        if field == "above":
+            value = bp.get("above")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ProtocolError("a norm breakpoint needs a number 'above'")
+        elif field is not None and not isinstance(bp.get(field), str):
+            raise ProtocolError(f"a {bp['kind']} breakpoint needs a string {field!r}")
+    return breakpoints
+
+
+def parse_breakpoint(spec: str) -> dict[str, Any]:
+    """A breakpoint from its command-line form.
+
+    ``MulBackward*`` or ``node:MulBackward*`` (node-name glob), ``module:model.encoder.*``,
+    ``leaf:model.fc.weight``, ``nonfinite``, ``norm:1e3``.
+    """
+    kind, sep, value = spec.partition(":")
+    if not sep:
+        if spec == "nonfinite":
+            return {"kind": "nonfinite"}
+        if "." in spec and not spec.endswith("Backward") and "Backward" not in spec:
+            return {"kind": "module", "pattern": spec}
+        return {"kind": "node", "pattern": spec}
+    if kind not in BREAKPOINT_FIELDS:
+        raise ProtocolError(f"unknown breakpoint kind {kind!r} in {spec!r}")
+    field = BREAKPOINT_FIELDS[kind]
+    if field is None:
+        return {"kind": kind}
+    if field == "above":
+        try:
+            return {"kind": kind, "above": float(value)}
+        except ValueError:
+            raise ProtocolError(f"norm breakpoint needs a number, not {value!r}") from None
+    if not value:
+        raise ProtocolError(f"breakpoint {spec!r} needs a value after ':'")
+    return {"kind": kind, field: value}

@@ -1,0 +1,134 @@
+"""A private local channel between the UI and the debuggee: JSON lines over a Unix socket.
+
+The listening side makes a fresh directory only its user can enter (0700), listens on a socket
+inside it, and hands the path and a random token to the other side through the environment.
+The first line the connecting side sends must be ``{"event": "hello", "token": ...}``; anything
+else closes the connection. After that, both sides exchange ``protocol`` messages.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+from typing import Any
+
+from backstep import protocol
+
+ENV_SOCKET = "BACKSTEP_SOCKET"
+ENV_TOKEN = "BACKSTEP_TOKEN"
+
+
+class Channel:
+    """One connected socket carrying JSON lines. ``send`` is thread-safe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._file = sock.makefile("rb")
+        self._send_lock = threading.Lock()
+        self.closed = False
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Send one message; False (never an exception) once the peer is gone."""
+        data = protocol.encode(message)
+        with self._send_lock:
+            if self.closed:
+                return False
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                self.closed = True
+                return False
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at end of stream. Raises ProtocolError for garbage."""
+        try:
+            line = self._file.readline(protocol.MAX_LINE + 1)
+        except (OSError, ValueError):
+            line = b""
+        if not line:
+            self.closed = True
+            return None
+        if len(line) > protocol.MAX_LINE and not line.endswith(b"\n"):
+            self._discard_rest_of_line()
+            raise protocol.ProtocolError("message too long")
+        return protocol.decode(line)
+
+    def _discard_rest_of_line(self) -> None:
+        while True:
+            chunk = self._file.readline(protocol.MAX_LINE)
+            if not chunk or chunk.endswith(b"\n"):
+                return
+
+    def close(self) -> None:
+        self.closed = True
+        for closer in (self._file.close, lambda: self.sock.shutdown(socket.SHUT_RDWR),
+                       self.sock.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+class Listener:
+    """The UI side: a private socket that accepts exactly one authenticated peer."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="backstep-")
+        os.chmod(self.directory, 0o700)
+        self.path = os.path.join(self.directory, "s")
+        self.token = secrets.token_hex(16)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(1)
+
+    def environment(self) -> dict[str, str]:
+        """What the debuggee needs to find and prove itself to this listener."""
+        return {ENV_SOCKET: self.path, ENV_TOKEN: self.token}
+
+    def accept(self, timeout: float | None = None) -> Channel | None:
+        """Wait for the debuggee; None on timeout or a peer without the token."""
+        self.server.settimeout(timeout)
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except (TimeoutError, OSError):
+                return None
+            sock.settimeout(None)
+            channel = Channel(sock)
+            sock.settimeout(timeout)
+            try:
+                hello = channel.receive()
+            except (protocol.ProtocolError, OSError):
+                hello = None
+            sock.settimeout(None)
+            if (
+                hello is not None
+                and hello.get("event") == "hello"
+                and isinstance(hello.get("token"), str)
+                and secrets.compare_digest(hello["token"], self.token)
+            ):
+                return channel
+            channel.send({"event": "error", "message": "bad or missing token"})
+            channel.close()
+
+    def close(self) -> None:
+        try:
+            self.server.close()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def connect(path: str, token: str, timeout: float = 10.0) -> Channel:
+    """The debuggee side: connect and say hello with the token."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(path)
+    sock.settimeout(None)
+    channel = Channel(sock)
+    channel.send({"event": "hello", "token": token, "pid": os.getpid()})
+    return channel
