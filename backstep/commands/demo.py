@@ -1,0 +1,62 @@
+"""``backstep demo``: list the narrated walkthroughs, or open one in the stepping UI."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from backstep import demos, narration
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="narrated walkthroughs that teach autograd by stepping through it",
+        description="Without NAME, list the demos. With NAME, step through it with narration.",
+    )
+    parser.add_argument("name", nargs="?", metavar="NAME", help="the demo to open")
+    parser.add_argument(
+        "--script",
+        action="store_true",
+        help="print the demo script's path (to read or copy it) instead of opening it",
+    )
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    found = demos.all_demos()
+    if args.name is None:
+        if args.script:
+            print("backstep demo: --script needs a demo NAME", file=sys.stderr)
+            return 2
+        return _list(found)
+    demo = next((d for d in found if d.name == args.name), None)
+    if demo is None:
+        names = ", ".join(d.name for d in found) or "none installed"
+        print(f"backstep demo: no demo named {args.name!r}; demos: {names}", file=sys.stderr)
+        return 2
+    if args.script:
+        print(demo.script)
+        return 0
+    try:
+        narration.load(demo.narration)  # a broken file is reported here, before the UI starts
+    except ValueError as exc:
+        print(f"backstep demo: {exc}", file=sys.stderr)
+        return 2
+    from backstep.commands.run import launch  # lazily: it brings in the UI
+
+    return launch(str(demo.script), [], narration=str(demo.narration))
+
+
+def _list(found: list[demos.Demo]) -> int:
+    if not found:
+        print("backstep demo: no demos found", file=sys.stderr)
+        return 1
+    width = max(len(d.name) for d in found)
+    for demo in found:
+        try:
+            title = demo.title
+        except ValueError as exc:
+            title = f"(broken narration: {exc})"
+        print(f"{demo.name:<{width}}  {title}")
+    return 0

@@ -1,0 +1,59 @@
+"""Backward twice: saved tensors are freed node by node during the first pass; the second pass
+fails at the first node that needs one, and not before.
+
+Run it with `python backward_twice.py`, or step through it with `backstep demo backward_twice`.
+"""
+
+import torch
+import torch.nn as nn
+
+
+def check(fact: str, ok: bool) -> None:
+    """Print a fact this demo relies on; stop loudly if PyTorch disagrees."""
+    if not ok:
+        raise SystemExit(f"FACT FAILED: {fact}")
+    print(f"  checked: {fact}")
+
+
+print("A. out = x**3, backward twice")
+x = torch.tensor(2.0, requires_grad=True)
+out = x**3  # PowBackward0 saves x (to compute 3*x**2)
+out.backward()  # pass 1: PowBackward0 runs, then its saved x is freed
+print(f"  x.grad = {x.grad}")
+check("x.grad == 3*x**2 == 12", x.grad.item() == 12.0)
+try:
+    out.backward()  # pass 2: fails at its very first node
+    error = None
+except RuntimeError as exc:
+    error = str(exc)
+    print(f"  RuntimeError: {error}")
+check(
+    "the second backward raises 'Trying to backward through the graph a second time'",
+    error is not None and "backward through the graph a second time" in error,
+)
+check("x.grad is still 12: the failed pass added nothing", x.grad.item() == 12.0)
+
+print("B. two heads on a shared encoder, without retain_graph")
+torch.manual_seed(0)
+encoder = nn.Linear(10, 5)
+head_a = nn.Linear(5, 2)
+head_b = nn.Linear(5, 3)
+features = encoder(torch.randn(4, 10))
+loss_a = head_a(features).mean()
+loss_b = head_b(features).mean()
+loss_a.backward()  # pass 3: frees what head_a's and the encoder's nodes saved
+try:
+    loss_b.backward()  # pass 4: head_b's nodes never ran, so their saved tensors are alive
+    error = None
+except RuntimeError as exc:
+    error = str(exc)
+    print(f"  RuntimeError: {error[:72]}...")
+check(
+    "the second backward fails (at the encoder's AddmmBackward0, whose saved input is freed)",
+    error is not None and "backward through the graph a second time" in error,
+)
+check(
+    "yet head_b.weight.grad was written before the failure: a failed backward is partial",
+    head_b.weight.grad is not None,
+)
+check("the encoder got only loss_a's gradient", encoder.weight.grad is not None)

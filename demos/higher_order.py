@@ -1,0 +1,70 @@
+"""Higher-order gradients: torch.autograd.grad with create_graph=True gives 27, then 18; and why
+x.grad.backward() after a plain backward fails.
+
+Run it with `python higher_order.py`, or step through it with `backstep demo higher_order`.
+"""
+
+import torch
+
+
+def check(fact: str, ok: bool) -> None:
+    """Print a fact this demo relies on; stop loudly if PyTorch disagrees."""
+    if not ok:
+        raise SystemExit(f"FACT FAILED: {fact}")
+    print(f"  checked: {fact}")
+
+
+print("A. autograd.grad with create_graph=True")
+x = torch.tensor(3.0, requires_grad=True)
+y = x**3
+grad_x = torch.autograd.grad(y, x, create_graph=True)[0]  # pass 1: builds a graph for 3*x**2
+print(f"  dy/dx = {grad_x.item()}  (grad_fn: {type(grad_x.grad_fn).__name__})")
+check("dy/dx == 3*x**2 == 27", grad_x.item() == 27.0)
+check("the gradient has its own grad_fn: pass 1 built a NEW graph", grad_x.grad_fn is not None)
+grad_x2 = torch.autograd.grad(grad_x, x)[0]  # pass 2: walks that new graph
+print(f"  d2y/dx2 = {grad_x2.item()}")
+check("d2y/dx2 == 6*x == 18", grad_x2.item() == 18.0)
+check("autograd.grad never touches x.grad", x.grad is None)
+
+print("B. the article's version: a plain backward, then x.grad.backward()")
+x = torch.tensor([1.0], requires_grad=True)
+y = x**2
+y.backward()  # pass 3
+print(f"  print(x.grad) -> {x.grad}")
+check(
+    "print(x.grad) shows tensor([2.]), and x.grad has no grad_fn",
+    str(x.grad) == "tensor([2.])" and x.grad.grad_fn is None,
+)
+x.grad.zero_()
+try:
+    y.backward(retain_graph=True)  # pass 4: too late, pass 3 already freed the graph
+    error = None
+except RuntimeError as exc:
+    error = str(exc)
+    print(f"  RuntimeError: {error[:60]}...")
+check(
+    "y.backward(retain_graph=True) after a plain backward fails: retain it the FIRST time",
+    error is not None and "second time" in error,
+)
+try:
+    x.grad.backward()  # no pass at all: nothing to differentiate
+    error = None
+except RuntimeError as exc:
+    error = str(exc)
+    print(f"  RuntimeError: {error}")
+check(
+    "x.grad.backward() fails: a plain backward's gradient carries no graph",
+    error is not None and "does not require grad" in error,
+)
+
+print("C. backward(create_graph=True), then backward through x.grad")
+x = torch.tensor(3.0, requires_grad=True)
+(x**3).backward(create_graph=True)  # pass 5: x.grad = 27, with a graph
+first = x.grad
+check("x.grad == 27 and now has a grad_fn", first.item() == 27.0 and first.grad_fn is not None)
+first.backward(retain_graph=True)  # pass 6: accumulates into the same x.grad
+print(f"  after x.grad.backward(): x.grad = {x.grad.item()}")
+check("x.grad.backward() ADDS 18 to x.grad: 27 + 18 == 45, not 18", x.grad.item() == 45.0)
+x.grad = None
+first.backward()  # pass 7: with .grad reset first
+check("reset x.grad to None first and it reads 18", x.grad.item() == 18.0)

@@ -1,0 +1,75 @@
+"""retain_grad: calling it after the op still works, as long as it is before backward; a non-leaf's
+.grad is None without it (with a warning).
+
+Run it with `python retain_grad.py`, or step through it with `backstep demo retain_grad`.
+"""
+
+import warnings
+
+import torch
+
+
+def check(fact: str, ok: bool) -> None:
+    """Print a fact this demo relies on; stop loudly if PyTorch disagrees."""
+    if not ok:
+        raise SystemExit(f"FACT FAILED: {fact}")
+    print(f"  checked: {fact}")
+
+
+x = torch.linspace(-1.0, 1.0, 10, requires_grad=True)
+expected = torch.full((10,), 0.1)  # d(mean(2x + 3))/dy = 1/10 for every element
+
+print("A. retain_grad() right after y = x * 2")
+y = x * 2
+y.retain_grad()
+z = y + 3
+z.mean().backward()  # pass 1
+check("y.grad == 0.1 everywhere", torch.allclose(y.grad, expected))
+
+print("B. retain_grad() AFTER z = y + 3 was computed (the article says this raises)")
+y = x * 2
+z = y + 3
+y.retain_grad()  # still before backward: that is all that matters
+z.mean().backward()  # pass 2
+check("no error, and y.grad == 0.1 everywhere", torch.allclose(y.grad, expected))
+
+print("C. no retain_grad() at all")
+y = x * 2
+z = y + 3
+z.mean().backward()  # pass 3
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    grad = y.grad
+message = str(caught[0].message) if caught else ""
+print(f"  y.grad = {grad}; UserWarning: {message[:78]}...")
+check(
+    "y.grad is None, with a UserWarning, not an error",
+    grad is None and "not a leaf Tensor" in message,
+)
+
+print("D. retain_grad() after backward")
+y = x * 2
+z = y + 3
+z.mean().backward()  # pass 4
+y.retain_grad()  # too late: the pass has run
+check("y.grad is None: retain_grad only affects later backward passes", y.grad is None)
+
+print("E. the article's 'second backprop' example")
+x = torch.tensor([1.5], requires_grad=True)
+y = x**2
+y.retain_grad()
+z = y**2
+z.backward()  # pass 5
+print(f"  first backprop: y.grad = {y.grad}")
+check("y.grad == 2*y == 4.5", y.grad.item() == 4.5)
+y.grad.zero_()
+try:
+    z.backward()  # pass 6: the graph was freed by pass 5, retain_grad or not
+    error = None
+except RuntimeError as exc:
+    error = str(exc)
+    print(f"  RuntimeError: {error[:60]}...")
+check(
+    "the second z.backward() fails WITH retain_grad: it needed retain_graph=True, not retain_grad",
+    error is not None and "second time" in error,
+)
