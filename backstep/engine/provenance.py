@@ -1,0 +1,150 @@
+"""Forward provenance: the user's line and the module path behind every autograd node.
+
+``Provenance().install()`` (or ``with Provenance():``) starts recording on the calling thread:
+each node created afterwards carries, in ``node.metadata``,
+  "backstep.source"          {"file": abs path, "line": int, "code": stripped text}
+  "backstep.module"          "model.encoder.layers.3.self_attn"  (innermost running module)
+  "backstep.saved_versions"  {saved name: tensor version when the node was made}
+and ``inplace_history(t)`` lists the lines whose in-place ops bumped ``t``'s version.
+Failures inside provenance are swallowed: at worst a node has no source, never a wrong one.
+Nothing here holds a node or a tensor. The source dicts are shared between nodes: read, never
+mutate them (``source_of`` returns a copy).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from backstep.engine import provenance_inplace
+from backstep.engine.provenance_modules import ModuleTracker
+from backstep.engine.provenance_tagging import (
+    MODULE_KEY,
+    SAVED_VERSIONS_KEY,
+    SOURCE_KEY,
+    TaggingMode,
+    add_mode,
+    pause_if_top,
+    remove_mode,
+)
+
+__all__ = [
+    "MODULE_KEY",
+    "SAVED_VERSIONS_KEY",
+    "SOURCE_KEY",
+    "Provenance",
+    "inplace_history",
+    "module_of",
+    "saved_versions_of",
+    "source_of",
+]
+
+_lock = threading.Lock()
+
+
+class Provenance:
+    """Records provenance for nodes created on the installing thread while installed.
+
+    Module paths are tracked on every thread (global module hooks); sources only on the thread
+    that called ``install()`` (torch-function modes are per thread). ``error`` holds the reason
+    when installing failed (provenance then simply stays off).
+    """
+
+    def __init__(self, *, saved_versions: bool = True) -> None:
+        self.saved_versions = saved_versions
+        self.error: str | None = None
+        self._tracker: ModuleTracker | None = None
+        self._mode: TaggingMode | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self._mode is not None
+
+    def install(self) -> None:
+        """Start recording (idempotent)."""
+        with _lock:
+            if self._mode is not None:
+                return
+            tracker = ModuleTracker()
+            mode = TaggingMode(tracker, self.saved_versions)
+            try:
+                tracker.on_no_grad = lambda: pause_if_top(mode)
+                tracker.install()
+                add_mode(mode)
+                torch._C._push_on_torch_function_stack(mode)
+            except Exception as exc:  # provenance stays off; the program runs on
+                self.error = f"provenance unavailable: {exc!r}"
+                mode.enabled = False
+                tracker.uninstall()
+                remove_mode(mode)
+                return
+            self._tracker, self._mode = tracker, mode
+
+    def uninstall(self) -> None:
+        """Stop recording; tags already written stay on their nodes."""
+        with _lock:
+            mode, tracker = self._mode, self._tracker
+            self._mode = self._tracker = None
+            if mode is None or tracker is None:
+                return
+            mode.enabled = False  # a mode left on another thread's stack just passes calls on
+            try:
+                depth = torch._C._len_torch_function_stack()
+                if depth and torch._C._get_function_stack_at(depth - 1) is mode:
+                    torch._C._pop_torch_function_stack()
+            except Exception:
+                pass
+            try:
+                tracker.uninstall()
+            except Exception:
+                pass
+            try:
+                remove_mode(mode)
+            except Exception:
+                pass
+
+    def __enter__(self) -> Provenance:
+        self.install()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.uninstall()
+
+
+def _metadata(node: Any, key: str) -> Any:
+    try:
+        return node.metadata.get(key) if node is not None else None
+    except Exception:
+        return None
+
+
+def source_of(node: Any) -> dict[str, Any] | None:
+    """{"file", "line", "code"} of the user line that created ``node``, or None (not recorded)."""
+    found = _metadata(node, SOURCE_KEY)
+    return dict(found) if isinstance(found, dict) else None
+
+
+def module_of(node: Any) -> str | None:
+    """Dotted path of the innermost module whose forward created ``node``, or None."""
+    found = _metadata(node, MODULE_KEY)
+    return found if isinstance(found, str) else None
+
+
+def saved_versions_of(node: Any) -> dict[str, int] | None:
+    """{saved tensor name: its version when ``node`` was created}, or None (not recorded)."""
+    found = _metadata(node, SAVED_VERSIONS_KEY)
+    return dict(found) if isinstance(found, dict) else None
+
+
+def inplace_history(tensor: torch.Tensor) -> list[dict[str, Any]]:
+    """[{"op", "file", "line", "code", "version"}] for in-place ops that bumped ``tensor``
+    (or another view of its base), oldest first; ``version`` is the version after the op."""
+    return provenance_inplace.history(tensor)

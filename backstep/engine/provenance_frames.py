@@ -1,0 +1,79 @@
+"""Find the user's frame: the first frame outside torch and backstep.
+
+Every tagged op asks for it, so the walk is cheap: each code object is classified once (internal
+or not, and its absolute file name) and each (file, line) maps to one shared source dict.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from types import CodeType, FrameType
+from typing import Any
+
+import torch
+
+import backstep
+
+_BACKSTEP_DIR = os.path.dirname(os.path.abspath(backstep.__file__)) + os.sep
+_INTERNAL_DIRS: tuple[str, ...] = (
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+    _BACKSTEP_DIR,
+)
+# Demo scripts ship inside the wheel (backstep/_demos) but are user code to the person watching.
+_USER_DIRS: tuple[str, ...] = (_BACKSTEP_DIR + "_demos" + os.sep,)
+
+# code object -> absolute file name, or None when the code belongs to torch or backstep.
+_code_files: dict[CodeType, str | None] = {}
+# (absolute file, line) -> {"file", "line", "code"}; shared by every node tagged from that line.
+_sources: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def _classify(code: CodeType) -> str | None:
+    """Absolute file name of ``code``, or None when it lives inside torch or backstep."""
+    name = code.co_filename
+    if name.startswith("<") and name.endswith(">"):
+        path = name  # <stdin>, <string>: user code without a file
+    else:
+        path = os.path.abspath(name)
+    internal = path.startswith(_INTERNAL_DIRS) and not path.startswith(_USER_DIRS)
+    result: str | None = None if internal else path
+    _code_files[code] = result
+    return result
+
+
+def user_frame(frame: FrameType | None) -> FrameType | None:
+    """The first frame at or above ``frame`` whose code is not torch's or backstep's."""
+    files = _code_files
+    while frame is not None:
+        code = frame.f_code
+        path = files.get(code, 0)
+        if path == 0:
+            path = _classify(code)
+        if path is not None:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def source_dict(frame: FrameType) -> dict[str, Any]:
+    """The shared {"file", "line", "code"} dict for the line ``frame`` is executing."""
+    path = _code_files.get(frame.f_code) or _classify(frame.f_code) or frame.f_code.co_filename
+    line = frame.f_lineno or 0
+    key = (path, line)
+    found = _sources.get(key)
+    if found is None:
+        code = linecache.getline(path, line).strip() if line else ""
+        found = {"file": path, "line": line, "code": code}
+        _sources[key] = found
+    return found
+
+
+def caller_source(depth: int = 1) -> dict[str, Any] | None:
+    """Source dict of the first user frame above the caller (``depth`` frames up), or None."""
+    try:
+        frame = user_frame(sys._getframe(depth + 1))
+    except ValueError:
+        return None
+    return source_dict(frame) if frame is not None else None

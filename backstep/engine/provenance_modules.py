@@ -1,0 +1,156 @@
+"""Track which nn.Module's forward is running, as a dotted path, per thread.
+
+Global forward pre/post hooks keep a per-thread stack. A root module (called with nothing on the
+stack) is named by the variable that holds it in the user's frame (``model``), else by its class;
+nested modules get their path from the root's ``named_modules()`` (cached, rebuilt at most once per
+root call when a module is missing), so ``model.encoder.layers.3.self_attn`` comes out whether
+the call went through a ModuleList or not.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from backstep.engine.provenance_frames import user_frame
+
+_ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
+
+
+class _Entry:
+    """One running forward: the module, its dotted path, and the root entry it is named from."""
+
+    __slots__ = ("module", "path", "origin", "rebuilt", "resume")
+
+    def __init__(self, module: nn.Module, path: str, origin: _Entry | None = None) -> None:
+        self.module = module
+        self.path = path
+        self.origin: _Entry = origin if origin is not None else self  # names via named_modules()
+        self.rebuilt = False  # the origin's module map was rebuilt during this call
+        self.resume: Callable[[], None] | None = None  # run when this forward ends
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+
+
+def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
+    """Name of a local (or an attribute of ``self``) in ``frame`` that holds ``module``."""
+    if frame is None:
+        return None
+    local_vars = frame.f_locals
+    for name, value in local_vars.items():
+        if value is module:
+            return name
+    owner = local_vars.get("self")
+    if owner is not None:
+        for table in (getattr(owner, "__dict__", None), getattr(owner, "_modules", None)):
+            if isinstance(table, dict):
+                for name, value in table.items():
+                    if value is module:
+                        return name
+    return None
+
+
+class ModuleTracker:
+    """Global module forward hooks maintaining the per-thread module-path stack."""
+
+    def __init__(self) -> None:
+        self._stack = _Stack()
+        self._maps: weakref.WeakKeyDictionary[nn.Module, _ModuleMap] = weakref.WeakKeyDictionary()
+        self._handles: list[RemovableHandle] = []
+        # Called at each forward's start with no grad; returns a callable undoing what it did.
+        self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
+
+    def install(self) -> None:
+        """Register the global hooks (idempotent)."""
+        if self._handles:
+            return
+        from torch.nn.modules import module as module_mod
+
+        self._handles = [
+            module_mod.register_module_forward_pre_hook(self._pre_hook),
+            module_mod.register_module_forward_hook(self._post_hook, always_call=True),
+        ]
+
+    def uninstall(self) -> None:
+        """Remove the global hooks; forwards still running simply stop being tracked."""
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+
+    def current_path(self) -> str | None:
+        """Dotted path of the innermost module whose forward runs on this thread, or None."""
+        entries = self._stack.entries
+        return entries[-1].path if entries else None
+
+    # -- hooks: never raise, never return a value -------------------------------------------
+
+    def _pre_hook(self, module: nn.Module, args: Any) -> None:
+        try:
+            entry = self._enter(module)
+            if self.on_no_grad is not None and not torch.is_grad_enabled():
+                entry.resume = self.on_no_grad()
+        except Exception:
+            pass
+
+    def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        try:
+            entries = self._stack.entries
+            for index in range(len(entries) - 1, -1, -1):
+                if entries[index].module is module:
+                    ended = entries[index:]
+                    del entries[index:]
+                    for entry in reversed(ended):
+                        if entry.resume is not None:
+                            entry.resume()
+                    break
+        except Exception:
+            pass
+
+    # -- naming ------------------------------------------------------------------------------
+
+    def _enter(self, module: nn.Module) -> _Entry:
+        entries = self._stack.entries
+        if not entries:
+            name = _variable_name(module, user_frame(sys._getframe(2)))
+            entry = _Entry(module, name or type(module).__name__)
+        else:
+            top = entries[-1]
+            origin = top.origin
+            relative = self._relative(origin, module)
+            if relative is None:  # not registered under the root: a new root below ``top``
+                name = _variable_name(module, user_frame(sys._getframe(2)))
+                entry = _Entry(module, f"{top.path}.{name or type(module).__name__}")
+            else:
+                path = f"{origin.path}.{relative}" if relative else origin.path
+                entry = _Entry(module, path, origin)
+        entries.append(entry)
+        return entry
+
+    def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
+        """``module``'s path relative to ``origin.module`` ("" for itself), or None."""
+        root = origin.module
+        table = self._maps.get(root)
+        if table is not None:
+            hit = table.get(id(module))
+            if hit is not None and hit[0]() is module:
+                return hit[1]  # None: known not to be registered under this root
+            if origin.rebuilt:
+                return None
+        origin.rebuilt = True
+        table = {id(m): (weakref.ref(m), name) for name, m in root.named_modules()}
+        hit = table.get(id(module))
+        if hit is None:
+            table[id(module)] = (weakref.ref(module), None)
+        self._maps[root] = table
+        return hit[1] if hit is not None else None

@@ -1,0 +1,248 @@
+"""Tag every new autograd node with the user's line and the running module's path.
+
+A TorchFunctionMode sees each top-level torch call on its thread. Autograd numbers the nodes it
+creates with a per-thread sequence counter, so the nodes a call created are exactly those whose
+``_sequence_nr()`` lies between the counter before and after it: the mode tags the outputs' nodes
+and their ancestors inside that range (ops run inside torch's own functions, never seen by the
+mode, get the line of the call that ran them). Nodes made before install, in another thread or by
+code the mode never saw keep no tag rather than a wrong one. Custom autograd Functions bypass
+``__torch_function__``; a wrapper around ``Function.apply`` tags them the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import torch
+from torch._C._autograd import _get_sequence_nr
+from torch.autograd.function import Function
+from torch.overrides import TorchFunctionMode
+
+from backstep.engine.provenance_frames import source_dict, user_frame
+from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
+from backstep.engine.provenance_modules import ModuleTracker
+
+SOURCE_KEY = "backstep.source"
+MODULE_KEY = "backstep.module"
+SAVED_VERSIONS_KEY = "backstep.saved_versions"
+
+_RAW_PREFIX = "_raw_saved_"
+_saved_names: dict[type, tuple[str, ...]] = {}
+
+
+def saved_versions(node: Any) -> dict[str, int]:
+    """{saved name: version now} for the node's saved tensors, read without unpacking them.
+
+    List-valued saved tensors (``CatBackward0.tensors``) appear as ``tensors[0]``, ``tensors[1]``.
+    """
+    names = _saved_names.get(type(node))
+    if names is None:
+        names = tuple(a[len(_RAW_PREFIX) :] for a in dir(node) if a.startswith(_RAW_PREFIX))
+        _saved_names[type(node)] = names
+    versions: dict[str, int] = {}
+    for name in names:
+        raw = getattr(node, _RAW_PREFIX + name)
+        if isinstance(raw, (list, tuple)):
+            for index, item in enumerate(raw):
+                data = item.data
+                if data is not None:
+                    versions[f"{name}[{index}]"] = data._version
+        else:
+            data = raw.data
+            if data is not None:
+                versions[name] = data._version
+    return versions
+
+
+class TaggingMode(TorchFunctionMode):
+    """Per-thread mode that tags the nodes each call creates and records in-place bumps."""
+
+    def __init__(self, tracker: ModuleTracker, record_saved_versions: bool) -> None:
+        super().__init__()
+        self.enabled = True
+        self.tracker = tracker
+        self.record_saved_versions = record_saved_versions
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        if not self.enabled:
+            return func(*args, **kwargs)
+        op: str | None = None
+        before: list[tuple[torch.Tensor, int]] | None = None
+        try:
+            op = mutating_name(func, kwargs)
+            if op is not None:
+                before = tensor_versions(args, kwargs)
+        except Exception:
+            op = None
+        start = _get_sequence_nr()
+        result = func(*args, **kwargs)
+        end = _get_sequence_nr()
+        if end != start or op is not None:
+            try:
+                self.after_call(result, start, end, op, before, sys._getframe(1))
+            except Exception:
+                pass
+        return result
+
+    def after_call(
+        self,
+        result: Any,
+        start: int,
+        end: int,
+        op: str | None,
+        before: list[tuple[torch.Tensor, int]] | None,
+        caller: FrameType | None,
+    ) -> None:
+        """Tag the nodes numbered [start, end) reachable from ``result``; note version bumps."""
+        frame = user_frame(caller)
+        source = source_dict(frame) if frame is not None else None
+        if end != start:
+            self.tag(result, start, end, source)
+        if op is not None and before:
+            for tensor, version in before:
+                if tensor._version != version:
+                    record(tensor, op, source)
+
+    def tag(self, result: Any, start: int, end: int, source: dict[str, Any] | None) -> None:
+        module = self.tracker.current_path()
+        if source is None and module is None:
+            return
+        pending: list[Any] = []
+        if isinstance(result, torch.Tensor):
+            outputs: tuple[Any, ...] | list[Any] = (result,)
+        elif isinstance(result, (tuple, list)):
+            outputs = result
+        else:
+            return
+        for value in outputs:
+            if isinstance(value, torch.Tensor):
+                node = value.grad_fn
+                if node is not None and start <= node._sequence_nr() < end:
+                    pending.append(node)
+        if not pending:
+            return
+        seen: set[Any] = set()
+        budget = end - start
+        with_versions = self.record_saved_versions
+        while pending:
+            node = pending.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            metadata = node.metadata
+            if source is not None:
+                metadata[SOURCE_KEY] = source
+            if module is not None:
+                metadata[MODULE_KEY] = module
+            if with_versions:
+                try:
+                    versions = saved_versions(node)
+                    if versions:
+                        metadata[SAVED_VERSIONS_KEY] = versions
+                except Exception:
+                    pass
+            if len(seen) >= budget:
+                break
+            for parent, _ in node.next_functions:
+                if (
+                    parent is not None
+                    and parent not in seen
+                    and start <= parent._sequence_nr() < end
+                ):
+                    pending.append(parent)
+
+
+# -- custom autograd Functions ------------------------------------------------------------------
+
+_modes: list[TaggingMode] = []  # installed modes, any thread
+_patch_lock = threading.Lock()
+_original_apply: Any = None
+
+
+def _mode_here() -> TaggingMode | None:
+    """Our enabled mode when it is on this thread's torch-function stack (so calls are top level)."""
+    if not _modes:
+        return None
+    for index in range(torch._C._len_torch_function_stack()):
+        mode = torch._C._get_function_stack_at(index)
+        if isinstance(mode, TaggingMode) and mode.enabled:
+            return mode
+    return None
+
+
+def _wrap_apply(original: Any) -> Callable[..., Any]:
+    """``Function.apply`` that tags the node a custom Function creates, like the mode does."""
+    call = original.__func__
+
+    @functools.wraps(call)
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        try:
+            mode = _mode_here()
+        except Exception:
+            mode = None
+        if mode is None:
+            return call(cls, *args, **kwargs)
+        start = _get_sequence_nr()
+        result = call(cls, *args, **kwargs)
+        end = _get_sequence_nr()
+        if end != start:
+            try:
+                mode.after_call(result, start, end, None, None, sys._getframe(1))
+            except Exception:
+                pass
+        return result
+
+    return apply
+
+
+def add_mode(mode: TaggingMode) -> None:
+    """Register ``mode``; the first one wraps ``Function.apply``."""
+    global _original_apply
+    with _patch_lock:
+        _modes.append(mode)
+        if _original_apply is None:
+            original = Function.__dict__["apply"]
+            Function.apply = classmethod(_wrap_apply(original))  # type: ignore[method-assign,assignment]
+            _original_apply = original
+
+
+def remove_mode(mode: TaggingMode) -> None:
+    """Unregister ``mode``; the last one restores ``Function.apply`` (unless someone re-wrapped it)."""
+    global _original_apply
+    with _patch_lock:
+        if mode in _modes:
+            _modes.remove(mode)
+        if not _modes and _original_apply is not None:
+            current = Function.__dict__.get("apply")
+            wrapped = getattr(getattr(current, "__func__", None), "__wrapped__", None)
+            if wrapped is _original_apply.__func__:
+                Function.apply = _original_apply  # type: ignore[method-assign]
+            _original_apply = None
+
+
+def pause_if_top(mode: TaggingMode) -> Callable[[], None] | None:
+    """Pop ``mode`` while a no-grad forward runs, so fast paths that refuse torch-function modes
+    (nn.TransformerEncoder's, in eval) run exactly as without backstep; returns the undo."""
+    depth = torch._C._len_torch_function_stack()
+    if depth == 0 or torch._C._get_function_stack_at(depth - 1) is not mode:
+        return None
+    torch._C._pop_torch_function_stack()
+
+    def resume() -> None:
+        if mode.enabled:
+            torch._C._push_on_torch_function_stack(mode)
+
+    return resume
