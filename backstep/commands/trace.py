@@ -1,0 +1,54 @@
+"""``backstep trace [-o FILE] script.py [args...]``: run a script, record every backward pass."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "trace",
+        help="run a script and record every backward pass to JSON lines",
+        description="Run SCRIPT exactly as python would and record every backward pass, node "
+        "by node, as JSON lines. Options go before the script; the rest belongs to it.",
+    )
+    parser.add_argument("-o", "--output", default="backstep-trace.jsonl", metavar="FILE",
+                        help="where to write the events (default: %(default)s)")
+    parser.add_argument("--no-source", action="store_true",
+                        help="do not record the forward line and module of each node")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
+    except OSError as exc:
+        print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    from backstep.engine.recorder import JsonlRecorder
+    from backstep.engine.runner import ScriptMissing, check_script, run_script
+    from backstep.engine.session import Session, session_event
+
+    recorder = JsonlRecorder(stream)
+    recorder.emit(session_event([args.script, *args.args]))
+    recorder.flush()
+    try:
+        check_script(args.script)
+    except ScriptMissing as exc:
+        print(f"{os.path.basename(sys.executable)}: {exc}", file=sys.stderr)
+        recorder.emit({"event": "exit", "code": 2, "traceback": None})
+        stream.close()
+        return 2
+
+    def on_exit(code: int, traceback: str | None) -> None:
+        recorder.emit({"event": "exit", "code": code, "traceback": traceback})
+        recorder.flush()
+
+    with Session(recorder, source=not args.no_source):
+        code = run_script(args.script, args.args, on_exit=on_exit)
+    stream.close()
+    return code

@@ -1,0 +1,597 @@
+"""Capture every backward pass, node by node.
+
+``torch.autograd.backward``, ``Tensor.backward`` and ``torch.autograd.grad`` all go through
+``torch.autograd._engine_run_backward``; backstep replaces that one name while installed. For each
+pass it walks the graph from the roots, then installs hooks only where something needs them:
+
+- recording (a trace, or the live UI): one post-hook per node, which sees both the incoming and
+  outgoing gradients; summaries are batched and computed a few hundred nodes at a time;
+- stepping or static breakpoints: a pre-hook per node, to stop before it runs;
+- nothing can stop and nothing records: no hooks, no walk — the pass costs one function call.
+
+Every handle is removed at pass end and every hook is gated on its pass being active, so a hook
+left on a retained graph never blocks a later, unrelated backward. Hooks never return a value.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from backstep.engine import naming
+from backstep.engine.controller import Controller
+from backstep.engine.graph import Graph, display_name, gradient_edge
+from backstep.engine.recorder import Sink
+from backstep.engine.saved import has_saved, saved_status
+from backstep.engine.summary import SummaryBatch, summarize
+
+BATCH_NODES = 256
+BATCH_BYTES = 8 << 20
+HELD_NODES = 64  # gradients kept for on-demand tensor views while the live UI steps
+_ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+
+class Pass:
+    """One backward pass: its graph, what has run, and what is waiting to be written."""
+
+    def __init__(self, number: int, parent: int | None, api: str, graph: Graph) -> None:
+        self.number = number
+        self.parent = parent
+        self.api = api
+        self.graph = graph
+        self.active = True
+        self.ran = [0] * len(graph)  # step number once run, else 0
+        self.completed = 0
+        self.current: int | None = None  # entered (pre-hook) but not finished
+        self.handles: list[Any] = []
+        self.records: list[tuple[Any, ...]] = []
+        self.batch = SummaryBatch()
+        self.leaf_names: dict[int, str] = {}
+        self.before: dict[int, dict[str, Any] | None] = {}  # leaf index -> .grad summary at start
+        self.retained: list[tuple[Any, int, str, dict[str, Any] | None]] = []
+        self.stepping = False
+        self.finishing = False
+        self.record = False  # summaries and node events for every node
+        self.announced = False  # pass_begin written
+        self.has_pre = False
+        self.has_post = False
+        self.options: dict[str, Any] = {}
+        self.announced_stop = False
+        self.held: dict[int, tuple[Any, Any]] = {}  # node id -> (grad_outputs, grad_inputs)
+
+
+class Capture:
+    """Installs the backward wrapper and turns passes into events."""
+
+    def __init__(
+        self,
+        sink: Sink | None,
+        controller: Controller | None = None,
+        *,
+        record: bool = True,
+    ) -> None:
+        self.sink = sink
+        self.controller = controller
+        # record every pass (a trace); otherwise only passes that step record their nodes
+        self.record = record and sink is not None
+        self.passes = 0
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._original: Any = None
+        self._original_retain: Any = None
+        self._retained: dict[int, Any] = {}  # id -> weakref of tensors that called retain_grad
+        self._live: dict[int, Pass] = {}
+        if controller is not None:
+            controller.tensor_lookup = self._tensor_values
+
+    # -- install / uninstall ----------------------------------------------------------------
+    def install(self) -> None:
+        if self._original is not None:
+            return
+        original = torch.autograd._engine_run_backward
+        capture = self
+
+        def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            return capture._run(original, t_outputs, args, kwargs)
+
+        _engine_run_backward.__backstep__ = True  # type: ignore[attr-defined]
+        self._original = original
+        torch.autograd._engine_run_backward = _engine_run_backward
+        self._original_retain = torch.Tensor.__dict__.get("retain_grad")
+        base_retain = torch.Tensor.retain_grad
+
+        def retain_grad(tensor: torch.Tensor) -> None:
+            base_retain(tensor)
+            capture._note_retained(tensor)
+
+        retain_grad.__doc__ = base_retain.__doc__
+        torch.Tensor.retain_grad = retain_grad  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self._original is None:
+            return
+        torch.autograd._engine_run_backward = self._original
+        self._original = None
+        if self._original_retain is None:
+            try:
+                del torch.Tensor.retain_grad
+            except AttributeError:
+                pass
+        else:
+            torch.Tensor.retain_grad = self._original_retain  # type: ignore[method-assign]
+
+    def _note_retained(self, tensor: torch.Tensor) -> None:
+        import weakref
+
+        try:
+            key = id(tensor)
+            retained = self._retained
+            retained[key] = weakref.ref(tensor, lambda _r, key=key: retained.pop(key, None))
+        except TypeError:
+            pass
+
+    # -- one pass ---------------------------------------------------------------------------
+    def _run(self, original: Any, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+        with self._lock:
+            self.passes += 1
+            number = self.passes
+        controller = self.controller
+        live = controller is not None and controller.live()
+        if not (self.record or live):
+            return original(t_outputs, *args, **kwargs)
+        try:
+            p = self._begin(number, t_outputs, args, kwargs, live)
+        except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
+            p = None
+        if p is None:
+            return original(t_outputs, *args, **kwargs)
+        stack = self._stack()
+        stack.append(p)
+        try:
+            result = original(t_outputs, *args, **kwargs)
+        except BaseException as exc:
+            stack.pop()
+            self._end(p, exc)
+            raise
+        stack.pop()
+        self._end(p, None)
+        return result
+
+    def _stack(self) -> list[Pass]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _begin(self, number: int, t_outputs: Any, args: tuple, kwargs: dict, live: bool) -> Pass:
+        outputs = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+        retain_graph = bool(args[1]) if len(args) > 1 else False
+        create_graph = bool(args[2]) if len(args) > 2 else False
+        inputs = args[3] if len(args) > 3 else None
+        accumulate = kwargs.get("accumulate_grad", True)
+        roots = [gradient_edge(t) for t in outputs]
+        graph = Graph([edge[0] for edge in roots if edge is not None])
+        stack = self._stack()
+        parent = stack[-1] if stack else None
+        if parent is not None:
+            self._flush(parent)
+        p = Pass(number, parent.number if parent else None, "backward" if accumulate else "grad",
+                 graph)
+        input_ids = None
+        if inputs:
+            input_ids = []
+            for item in inputs:
+                edge = gradient_edge(item)
+                index = graph.index.get(edge[0]) if edge else None
+                input_ids.append(graph.ids[index] if index is not None else None)
+        controller = self.controller
+        if live and controller is not None:
+            p.stepping = controller.stop_at_pass_start or controller.interrupt
+        p.record = self.sink is not None and (self.record or p.stepping)
+        p.options = {"retain_graph": retain_graph, "create_graph": create_graph,
+                     "roots": [graph.ids[graph.index[e[0]]] for e in roots if e is not None],
+                     "inputs": input_ids}
+        if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
+            self._name_leaves(p)
+        if p.record:
+            for i in p.before:
+                variable = graph.nodes[i].variable
+                if variable.grad is not None:
+                    p.before[i] = p.batch.add(variable.grad)
+            p.retained = self._retained_in(p)
+            slots = p.batch.compute() if len(p.batch) else []
+            p.before = {i: (slots[s] if isinstance(s, int) else None) for i, s in p.before.items()}
+            self._announce(p)
+        bp = controller.breakpoints if controller is not None else None
+        self._ensure_hooks(
+            p,
+            pre=live and (p.stepping or bool(bp and bp.static)),
+            post=p.record or bool(live and bp and bp.on_gradients),
+        )
+        self._live[number] = p
+        return p
+
+    def _announce(self, p: Pass) -> None:
+        """Write ``pass_begin`` (at pass start when recording, else at the first stop)."""
+        if p.announced:
+            return
+        p.announced = True
+        graph = p.graph
+        if not p.leaf_names:
+            self._name_leaves(p)
+        self._emit(
+            {
+                "event": "pass_begin",
+                "pass": p.number,
+                "parent": p.parent,
+                "api": p.api,
+                **p.options,
+                "thread": threading.current_thread().name,
+                "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
+            }
+        )
+
+    def _name_leaves(self, p: Pass) -> None:
+        graph = p.graph
+        wanted: dict[int, Any] = {}
+        leaves: dict[int, Any] = {}
+        for i, name in enumerate(graph.names):
+            if name == _ACCUMULATE:
+                variable = graph.nodes[i].variable
+                leaves[i] = variable
+                wanted[id(variable)] = variable
+                p.before[i] = None
+        if not wanted:
+            return
+        found = naming.find_names(wanted, naming.user_frame(sys._getframe(1)))
+        for i, variable in leaves.items():
+            p.leaf_names[i] = found.get(id(variable)) or naming.fallback_name(graph.ids[i], variable)
+
+    def _retained_in(self, p: Pass) -> list[tuple[Any, int, str, dict[str, Any] | None]]:
+        out = []
+        if not self._retained:
+            return out
+        wanted = {}
+        for ref in list(self._retained.values()):
+            tensor = ref()
+            if tensor is not None and tensor.grad_fn is not None and tensor.retains_grad:
+                index = p.graph.index.get(tensor.grad_fn)
+                if index is not None:
+                    wanted[id(tensor)] = (ref, index, tensor)
+        if wanted:
+            names = naming.find_names({k: v[2] for k, v in wanted.items()},
+                                      naming.user_frame(sys._getframe(1)))
+            for key, (ref, index, tensor) in wanted.items():
+                name = names.get(key) or f"{display_name(p.graph.names[index])}#{p.graph.ids[index]}"
+                out.append((ref, index, name, summarize(tensor.grad)))
+        return out
+
+    def _ensure_hooks(self, p: Pass, pre: bool, post: bool) -> None:
+        """Install the hook kinds the pass lacks on every node that has not run yet."""
+        handles = p.handles
+        nodes = p.graph.nodes
+        ran = p.ran
+        if post and not p.has_post:
+            p.has_post = True
+            after = self._after
+            for i, node in enumerate(nodes):
+                if not ran[i]:
+                    handles.append(node.register_hook(_post_hook(p, i, after)))
+        if pre and not p.has_pre:
+            p.has_pre = True
+            before = self._before
+            for i, node in enumerate(nodes):
+                if not ran[i]:
+                    handles.append(node.register_prehook(_pre_hook(p, i, before)))
+
+    # -- hooks ------------------------------------------------------------------------------
+    def _before(self, p: Pass, i: int, grad_outputs: tuple) -> None:
+        previous = p.current
+        if previous is not None and not p.ran[previous] and not p.has_post:
+            p.completed += 1  # without post-hooks, entering a node means the last one finished
+            p.ran[previous] = p.completed
+        p.current = i
+        controller = self.controller
+        if controller is None or controller.detached or p.finishing:
+            return
+        graph = p.graph
+        reason = detail = None
+        if p.stepping or controller.interrupt:
+            if controller.interrupt:
+                reason = "interrupt"
+            else:
+                reason = "pass_start" if p.completed == 0 and not p.announced_stop else "step"
+        else:
+            node = graph.nodes[i]
+            detail = controller.breakpoints.match_node(
+                display_name(graph.names[i]),
+                node.metadata.get("backstep.module"),
+                p.leaf_names.get(i),
+            )
+            if detail is not None:
+                reason = "breakpoint"
+        if reason is not None:
+            self._pause(p, i, reason, detail, grad_outputs, None)
+
+    def _after(self, p: Pass, i: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        p.completed += 1
+        step = p.ran[i] = p.completed
+        p.current = None
+        controller = self.controller
+        if p.record:
+            node = p.graph.nodes[i]
+            batch = p.batch
+            go = [batch.add(g) for g in grad_outputs]
+            gi = [batch.add(g) for g in grad_inputs]
+            saved = saved_status(node) if has_saved(node) else []
+            after = None
+            if p.graph.names[i] == _ACCUMULATE:
+                after = batch.add(node.variable.grad)
+            p.records.append((i, step, go, gi, saved, after))
+            if controller is not None:
+                held = p.held
+                held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
+                if len(held) > HELD_NODES:
+                    del held[next(iter(held))]
+            if len(p.records) >= BATCH_NODES or batch.nbytes >= BATCH_BYTES:
+                self._flush(p)
+        if controller is None or controller.detached or p.finishing:
+            return
+        if controller.interrupt and not p.has_pre:
+            self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs, after=True)
+            return
+        bp = controller.breakpoints
+        if bp.on_gradients:
+            hit = gradient_trip(bp, grad_inputs)
+            if hit is not None:
+                self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+
+    def _pause(self, p: Pass, i: int, reason: str, detail: str | None, grad_outputs: tuple,
+               grad_inputs: tuple | None, after: bool = False) -> None:
+        controller = self.controller
+        assert controller is not None
+        p.announced_stop = True
+        if p.record:
+            self._flush(p)
+        elif not p.announced:
+            self._announce(p)
+            self._replay_ran(p)
+        graph = p.graph
+        node_id = graph.ids[i]
+        p.held[node_id] = (grad_outputs, grad_inputs if grad_inputs is not None else ())
+        event = {
+            "event": "stopped",
+            "pass": p.number,
+            "step": p.ran[i] if after else p.completed + 1,
+            "id": node_id,
+            "name": display_name(graph.names[i]),
+            "reason": reason,
+            "detail": detail,
+            "after": after,
+            "grad_outputs": [summarize(g) for g in grad_outputs],
+            "grad_inputs": [summarize(g) for g in grad_inputs] if grad_inputs is not None else None,
+            "saved": saved_status(graph.nodes[i], check=True),
+        }
+        if self.sink is not None:
+            self.sink.flush()
+        command = controller.pause(event, p)
+        if command == "step":
+            p.stepping = True
+            p.record = self.sink is not None
+            self._ensure_hooks(p, pre=True, post=p.record)
+        else:
+            p.stepping = False
+            if command == "finish":
+                p.finishing = True
+
+    def _replay_ran(self, p: Pass) -> None:
+        """Node events, without gradients, for nodes that ran before a late announcement."""
+        graph = p.graph
+        for i in sorted((i for i, step in enumerate(p.ran) if step), key=p.ran.__getitem__):
+            self._emit({"event": "node", "pass": p.number, "step": p.ran[i], "id": graph.ids[i],
+                        "name": display_name(graph.names[i]), "grad_outputs": None,
+                        "grad_inputs": None, "saved": [], "error": None})
+
+    # -- output -----------------------------------------------------------------------------
+    def _flush(self, p: Pass) -> dict[int, list[dict[str, Any] | None]]:
+        """Compute pending summaries and write their node events; returns each flushed
+        node's grad_inputs summaries by local index."""
+        if not p.records:
+            return {}
+        records, p.records = p.records, []
+        summaries = p.batch.compute()
+        graph = p.graph
+        number = p.number
+        out = {}
+        for i, step, go, gi, saved, after in records:
+            gi_summaries = [None if s is None else summaries[s] for s in gi]
+            out[i] = gi_summaries
+            node_id = graph.ids[i]
+            self._emit(
+                {
+                    "event": "node",
+                    "pass": number,
+                    "step": step,
+                    "id": node_id,
+                    "name": display_name(graph.names[i]),
+                    "grad_outputs": [None if s is None else summaries[s] for s in go],
+                    "grad_inputs": gi_summaries,
+                    "saved": saved,
+                    "error": None,
+                }
+            )
+            if graph.names[i] == _ACCUMULATE:
+                self._emit(
+                    {
+                        "event": "accumulate",
+                        "pass": number,
+                        "leaf": p.leaf_names.get(i),
+                        "id": node_id,
+                        "before": p.before.get(i),
+                        "after": summaries[after] if after is not None else None,
+                        "retained": False,
+                    }
+                )
+        return out
+
+    def _end(self, p: Pass, exc: BaseException | None) -> None:
+        p.active = False
+        for handle in p.handles:
+            handle.remove()
+        p.handles = []
+        try:
+            self._finish(p, exc)
+        except Exception:  # noqa: BLE001 - never turn a pass into a backstep error
+            pass
+        finally:
+            self._live.pop(p.number, None)
+            p.graph = None  # type: ignore[assignment]
+            p.held.clear()
+            p.retained = []
+            p.records = []
+
+    def _finish(self, p: Pass, exc: BaseException | None) -> None:
+        if not p.announced:
+            return
+        self._flush(p)
+        graph = p.graph
+        if exc is not None:
+            failed = self._failed_node(p)
+            if failed is not None:
+                self._emit(
+                    {
+                        "event": "node",
+                        "pass": p.number,
+                        "step": p.completed + 1,
+                        "id": graph.ids[failed],
+                        "name": display_name(graph.names[failed]),
+                        "grad_outputs": None,
+                        "grad_inputs": None,
+                        "saved": saved_status(graph.nodes[failed], check=True),
+                        "error": _message(exc),
+                    }
+                )
+        for ref, index, name, before in p.retained:
+            tensor = ref()
+            if tensor is not None:
+                self._emit(
+                    {
+                        "event": "accumulate",
+                        "pass": p.number,
+                        "leaf": name,
+                        "id": graph.ids[index],
+                        "before": before,
+                        "after": summarize(tensor.grad),
+                        "retained": True,
+                    }
+                )
+        self._emit(
+            {
+                "event": "pass_end",
+                "pass": p.number,
+                "status": "ok" if exc is None else "error",
+                "error": None if exc is None else _message(exc),
+                "skipped": [graph.ids[i] for i, step in enumerate(p.ran) if not step],
+            }
+        )
+        if self.sink is not None:
+            self.sink.flush()
+
+    @staticmethod
+    def _failed_node(p: Pass) -> int | None:
+        """The node that raised: the one entered and not finished, else the ready node the
+        engine would have run next (highest sequence number first, as the engine orders)."""
+        if p.current is not None and not p.ran[p.current]:
+            return p.current
+        candidates = p.graph.ready_unrun(p.ran)
+        if not candidates:
+            return None
+        return max(candidates, key=lambda i: p.graph.nodes[i]._sequence_nr())
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink.emit(event)
+
+    # -- tensor values on demand (live UI) ----------------------------------------------------
+    def _tensor_values(self, request: dict[str, Any]) -> dict[str, Any]:
+        p = self._live.get(request["pass"])
+        if p is None:
+            raise LookupError(f"pass {request['pass']} is not running")
+        grads = p.held.get(request["node"])
+        if grads is None:
+            raise LookupError("that node's gradients are no longer held")
+        group = grads[0] if request["slot"] == "grad_outputs" else grads[1]
+        index = request["index"]
+        if not 0 <= index < len(group) or group[index] is None:
+            raise LookupError("no gradient in that slot")
+        tensor = group[index].detach()
+        offset = request.get("offset", 0)
+        limit = min(request.get("limit", 1000) or 1000, 10_000)
+        flat = tensor.reshape(-1)[offset : offset + limit]
+        if flat.is_complex():
+            values = [[v.real, v.imag] for v in flat.tolist()]
+        else:
+            values = flat.tolist()
+        from backstep.protocol import clean_number
+
+        if tensor.is_floating_point():
+            values = [clean_number(v) for v in values]
+        return {
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "numel": tensor.numel(),
+            "offset": offset,
+            "values": values,
+        }
+
+
+def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
+    """Cheap gradient-breakpoint check on a node's outgoing gradients.
+
+    NaN and Inf propagate into a sum, so one reduction per gradient rules out non-finite values;
+    the exact count is computed only when that sum is not finite.
+    """
+    import math
+
+    for k, g in enumerate(grads):
+        if not isinstance(g, torch.Tensor) or g.numel() == 0 or g.is_meta:
+            continue
+        try:
+            with torch.no_grad():
+                if bp.nonfinite and (g.is_floating_point() or g.is_complex()):
+                    if not math.isfinite(abs(g.sum().item())):
+                        bad = int((~torch.isfinite(g)).sum())
+                        if bad:
+                            return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
+                if bp.norm_above is not None and (g.is_floating_point() or g.is_complex()):
+                    norm = torch.linalg.vector_norm(g, dtype=torch.float64 if not g.is_complex()
+                                                    else None).item()
+                    if not norm <= bp.norm_above:
+                        return "norm", f"grad_inputs[{k}] norm {norm:.4g} > {bp.norm_above:g}"
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _post_hook(p: Pass, i: int, after: Any) -> Any:
+    def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+        if p.active:
+            after(p, i, grad_inputs, grad_outputs)
+
+    return hook
+
+
+def _pre_hook(p: Pass, i: int, before: Any) -> Any:
+    def hook(grad_outputs: tuple) -> None:
+        if p.active:
+            before(p, i, grad_outputs)
+
+    return hook

@@ -1,0 +1,197 @@
+"""The stepping controller: where to stop, and waiting for a command while stopped.
+
+A stop blocks the thread that runs the node (the caller's thread on CPU, a device thread on CUDA)
+inside a backward hook until a command arrives. Commands come from another thread (the UI
+connection's reader) through ``feed``. If the command source goes away (``close``), every pause
+ends and no later pass stops: a debugger that lost its UI must never hang the script.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from backstep import protocol
+
+_CLOSED = {"cmd": "__closed__"}
+TENSOR_LIMIT = 10_000
+
+
+class BackstepAbort(RuntimeError):
+    """Raised out of ``backward()`` when the person aborts the pass from the debugger."""
+
+
+@dataclass
+class Breakpoints:
+    """A breakpoint list compiled for quick checks in hooks."""
+
+    node_globs: list[str] = field(default_factory=list)
+    module_globs: list[str] = field(default_factory=list)
+    leaf_names: set[str] = field(default_factory=set)
+    nonfinite: bool = False
+    norm_above: float | None = None
+
+    @classmethod
+    def from_list(cls, items: list[dict[str, Any]]) -> Breakpoints:
+        bp = cls()
+        for item in protocol.validate_breakpoints(list(items)):
+            kind = item["kind"]
+            if kind == "node":
+                bp.node_globs.append(item["pattern"])
+            elif kind == "module":
+                bp.module_globs.append(item["pattern"])
+            elif kind == "leaf":
+                bp.leaf_names.add(item["name"])
+            elif kind == "nonfinite":
+                bp.nonfinite = True
+            elif kind == "norm":
+                above = float(item["above"])
+                bp.norm_above = above if bp.norm_above is None else min(bp.norm_above, above)
+        return bp
+
+    @property
+    def static(self) -> bool:
+        """Breakpoints decided from the node alone, before it runs."""
+        return bool(self.node_globs or self.module_globs or self.leaf_names)
+
+    @property
+    def on_gradients(self) -> bool:
+        """Breakpoints decided from a node's outgoing gradients, after it runs."""
+        return self.nonfinite or self.norm_above is not None
+
+    def match_node(self, name: str, module: str | None, leaf: str | None) -> str | None:
+        """Why this node is a breakpoint, or None."""
+        for pattern in self.node_globs:
+            if fnmatch.fnmatchcase(name, pattern):
+                return f"node {pattern}"
+        if module is not None:
+            for pattern in self.module_globs:
+                if fnmatch.fnmatchcase(module, pattern) or module == pattern:
+                    return f"module {pattern}"
+        if leaf is not None and leaf in self.leaf_names:
+            return f"leaf {leaf}"
+        return None
+
+    def match_gradients(self, summaries: list[dict[str, Any] | None]) -> tuple[str, str] | None:
+        """(reason, detail) when outgoing gradients trip a gradient breakpoint."""
+        for k, s in enumerate(summaries):
+            if s is None:
+                continue
+            if self.nonfinite and s.get("nonfinite"):
+                return "nonfinite", f"grad_inputs[{k}] has {s['nonfinite']} NaN/Inf values"
+            norm = s.get("norm")
+            if self.norm_above is not None and norm is not None:
+                value = float(norm) if isinstance(norm, str) else norm
+                if math.isnan(value) or value > self.norm_above:
+                    return "norm", f"grad_inputs[{k}] norm {norm} > {self.norm_above:g}"
+        return None
+
+
+class Controller:
+    """Decides stops and serves commands while a backward hook is paused."""
+
+    def __init__(
+        self,
+        emit: Callable[[dict[str, Any]], None],
+        breakpoints: list[dict[str, Any]] | None = None,
+        stop_at_pass_start: bool = True,
+    ) -> None:
+        self.emit = emit
+        self.breakpoints = Breakpoints.from_list(breakpoints or [])
+        self.stop_at_pass_start = stop_at_pass_start
+        self.interrupt = False
+        self.detached = False
+        self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._stop_lock = threading.Lock()
+        self.paused: Any = None  # the pass paused right now, if any
+        self.tensor_lookup: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    # -- what a pass needs --------------------------------------------------------------
+    def live(self) -> bool:
+        """Could anything stop the next pass?"""
+        if self.detached:
+            return False
+        bp = self.breakpoints
+        return self.stop_at_pass_start or self.interrupt or bp.static or bp.on_gradients
+
+    # -- commands from the other thread -------------------------------------------------
+    def feed(self, message: dict[str, Any]) -> None:
+        """Take one command from the UI connection; never raises."""
+        try:
+            protocol.validate_command(message)
+        except protocol.ProtocolError as exc:
+            self.emit({"event": "error", "message": str(exc), "req": _req(message)})
+            return
+        cmd = message["cmd"]
+        if cmd == "break":
+            try:
+                self.breakpoints = Breakpoints.from_list(message.get("breakpoints", []))
+            except protocol.ProtocolError as exc:
+                self.emit({"event": "error", "message": str(exc), "req": None})
+        elif cmd == "options":
+            self.stop_at_pass_start = bool(message.get("stop_at_pass_start", True))
+        elif cmd == "interrupt":
+            self.interrupt = True
+        elif cmd == "detach":
+            self.close()
+        elif cmd == "start":
+            self.emit({"event": "error", "message": "already started", "req": None})
+        elif self.paused is None:
+            self.emit(
+                {"event": "error", "message": f"'{cmd}' needs a stopped pass", "req": _req(message)}
+            )
+        else:
+            self._commands.put(message)
+
+    def close(self) -> None:
+        """The UI is gone (or detached): release any pause and never stop again."""
+        self.detached = True
+        self._commands.put(_CLOSED)
+
+    # -- a pause, on the thread running the node ------------------------------------------
+    def pause(self, stopped: dict[str, Any], on: Any) -> str:
+        """Emit ``stopped`` and block until a resuming command; returns it.
+
+        Returns "step", "continue", "finish" or "detach"; raises BackstepAbort for "abort".
+        """
+        with self._stop_lock:
+            if self.detached:
+                return "detach"
+            self.interrupt = False
+            self.paused = on
+            try:
+                self.emit(stopped)
+                while True:
+                    message = self._commands.get()
+                    cmd = message["cmd"]
+                    if cmd == "__closed__":
+                        return "detach"
+                    if cmd == "tensor":
+                        self.emit(self._tensor(message))
+                        continue
+                    if cmd == "abort":
+                        raise BackstepAbort("backward pass aborted from the backstep debugger")
+                    return cmd
+            finally:
+                self.paused = None
+
+    def _tensor(self, message: dict[str, Any]) -> dict[str, Any]:
+        req = message["req"]
+        if self.tensor_lookup is None:
+            return {"event": "error", "req": req, "message": "tensor values are not available"}
+        try:
+            return {"event": "tensor", "req": req, **self.tensor_lookup(message)}
+        except LookupError as exc:
+            return {"event": "error", "req": req, "message": str(exc.args[0] if exc.args else exc)}
+        except Exception as exc:  # noqa: BLE001 - a bad request must not end the pause
+            return {"event": "error", "req": req, "message": f"{type(exc).__name__}: {exc}"}
+
+
+def _req(message: Any) -> int | None:
+    req = message.get("req") if isinstance(message, dict) else None
+    return req if isinstance(req, int) and not isinstance(req, bool) else None

@@ -1,0 +1,119 @@
+"""The child process of ``backstep run``: runs the script under the engine and serves the UI.
+
+Started as ``python -m backstep.engine.debuggee [--no-source] -- script.py args...`` with
+BACKSTEP_SOCKET and BACKSTEP_TOKEN set. It connects, announces the session, waits for ``start``,
+runs the script like python, and answers commands while paused. If the UI goes away, it stops
+pausing and lets the script run to its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from backstep import protocol, transport
+
+
+class ChannelSink:
+    """Events to the UI; a lost UI makes every later emit a no-op."""
+
+    def __init__(self, channel: transport.Channel) -> None:
+        self.channel = channel
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.channel.send(event)
+
+    def flush(self) -> None:
+        pass
+
+
+def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
+    while True:
+        try:
+            message = channel.receive()
+        except protocol.ProtocolError as exc:
+            channel.send({"event": "error", "message": str(exc), "req": None})
+            continue
+        if message is None:
+            return None
+        try:
+            protocol.validate_command(message)
+        except protocol.ProtocolError as exc:
+            channel.send({"event": "error", "message": str(exc), "req": None})
+            continue
+        if message["cmd"] == "start":
+            return message
+        channel.send({"event": "error", "message": "waiting for 'start'", "req": None})
+
+
+def _read_commands(channel: transport.Channel, controller: Any) -> None:
+    while True:
+        try:
+            message = channel.receive()
+        except protocol.ProtocolError as exc:
+            channel.send({"event": "error", "message": str(exc), "req": None})
+            continue
+        if message is None:
+            controller.close()
+            return
+        controller.feed(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="backstep-debuggee")
+    parser.add_argument("--no-source", action="store_true")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    path, token = os.environ.get(transport.ENV_SOCKET), os.environ.get(transport.ENV_TOKEN)
+    if not path or not token:
+        print("backstep: the debuggee needs BACKSTEP_SOCKET and BACKSTEP_TOKEN", file=sys.stderr)
+        return 2
+    for name in (transport.ENV_SOCKET, transport.ENV_TOKEN):
+        os.environ.pop(name, None)  # the script and its children never see them
+    try:
+        channel = transport.connect(path, token)
+    except OSError as exc:
+        print(f"backstep: cannot reach the UI: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    except (AttributeError, ValueError):
+        pass
+
+    from backstep.engine.controller import Controller
+    from backstep.engine.runner import ScriptMissing, check_script, run_script
+    from backstep.engine.session import Session, session_event
+
+    sink = ChannelSink(channel)
+    sink.emit(session_event([args.script, *args.args]))
+    start = _wait_for_start(channel)
+    if start is None:
+        return 1
+    try:
+        check_script(args.script)
+    except ScriptMissing as exc:
+        print(f"{os.path.basename(sys.executable)}: {exc}", file=sys.stderr)
+        sink.emit({"event": "exit", "code": 2, "traceback": None})
+        channel.close()
+        return 2
+    controller = Controller(sink.emit, start.get("breakpoints") or [],
+                            start.get("stop_at_pass_start", True))
+    reader = threading.Thread(target=_read_commands, args=(channel, controller),
+                              name="backstep-commands", daemon=True)
+    reader.start()
+
+    def on_exit(code: int, traceback: str | None) -> None:
+        sink.emit({"event": "exit", "code": code, "traceback": traceback})
+
+    with Session(sink, controller, record=False, source=not args.no_source):
+        code = run_script(args.script, args.args, on_exit=on_exit)
+    channel.close()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""The autograd graph of one pass: every node reachable from the roots, with stable ids.
+
+Ids live in ``node.metadata`` (a dict that lives and dies with the node), so a node keeps its id
+across passes over a retained graph and backstep never holds a node past its pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+ID_KEY = "backstep.id"
+SOURCE_KEY = "backstep.source"
+MODULE_KEY = "backstep.module"
+_ids = itertools.count(1)
+
+
+def node_id(node: Any) -> int:
+    """The node's backstep id, assigned on first sight."""
+    metadata = node.metadata
+    value = metadata.get(ID_KEY)
+    if value is None:
+        value = metadata[ID_KEY] = next(_ids)
+    return value
+
+
+def gradient_edge(item: Any) -> tuple[Any, int] | None:
+    """(node, output_nr) that a backward root or input stands for, or None."""
+    if isinstance(item, torch.autograd.graph.GradientEdge):
+        return (item.node, item.output_nr)
+    if isinstance(item, torch.Tensor):
+        if item.grad_fn is None and not item.requires_grad:
+            return None
+        edge = torch.autograd.graph.get_gradient_edge(item)
+        return (edge.node, edge.output_nr) if edge.node is not None else None
+    return None
+
+
+class Graph:
+    """Nodes in walk order (roots first), their ids, and edges as local indices."""
+
+    __slots__ = ("nodes", "ids", "index", "edges", "names")
+
+    def __init__(self, roots: list[Any]) -> None:
+        nodes: list[Any] = []
+        index: dict[Any, int] = {}
+        edges: list[list[int | None]] = []
+        stack = []
+        for root in roots:
+            if root is not None and root not in index:
+                index[root] = len(nodes)
+                nodes.append(root)
+                edges.append([])
+                stack.append(root)
+        while stack:
+            node = stack.pop()
+            out = edges[index[node]]
+            for child, _ in node.next_functions:
+                if child is None:
+                    out.append(None)
+                    continue
+                position = index.get(child)
+                if position is None:
+                    position = index[child] = len(nodes)
+                    nodes.append(child)
+                    edges.append([])
+                    stack.append(child)
+                out.append(position)
+        self.nodes = nodes
+        self.index = index
+        self.edges = edges
+        self.ids = [node_id(n) for n in nodes]
+        self.names = [n.name() for n in nodes]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def is_leaf(self, i: int) -> bool:
+        return self.names[i] == "torch::autograd::AccumulateGrad"
+
+    def describe(self, i: int, leaf_name: str | None) -> dict[str, Any]:
+        """The node as ``pass_begin`` lists it."""
+        metadata = self.nodes[i].metadata
+        ids = self.ids
+        return {
+            "id": ids[i],
+            "name": display_name(self.names[i]),
+            "next": [None if j is None else ids[j] for j in self.edges[i]],
+            "leaf": leaf_name,
+            "source": metadata.get(SOURCE_KEY),
+            "module": metadata.get(MODULE_KEY),
+        }
+
+    def ready_unrun(self, ran: list[int]) -> list[int]:
+        """Nodes that have not run but whose every in-graph producer has: the candidates that
+        were about to run when a pass stopped."""
+        blocked = [False] * len(self.nodes)
+        for i, out in enumerate(self.edges):
+            if not ran[i]:
+                for j in out:
+                    if j is not None:
+                        blocked[j] = True
+        return [i for i in range(len(self.nodes)) if not ran[i] and not blocked[i]]
+
+
+def display_name(name: str) -> str:
+    """``torch::autograd::AccumulateGrad`` reads as ``AccumulateGrad``."""
+    return name.rsplit("::", 1)[-1]

@@ -1,0 +1,149 @@
+"""Run a script exactly as ``python script.py args...`` would.
+
+Same ``sys.argv``, ``__name__ == "__main__"``, ``sys.path[0]``; output untouched; uncaught
+exceptions go to ``sys.excepthook`` with backstep's and runpy's frames removed, so the traceback
+a person sees is the one plain Python prints; the exit code follows Python's rules.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+from collections.abc import Callable
+from types import TracebackType
+
+from backstep.engine.naming import is_internal
+
+try:
+    import torch.overrides as _torch_overrides
+
+    _OVERRIDES_FILE = _torch_overrides.__file__
+except ImportError:  # pragma: no cover - torch is always there in a debuggee
+    _OVERRIDES_FILE = ""
+
+_BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_OVERRIDES = _OVERRIDES_FILE
+
+
+class ScriptMissing(Exception):
+    """The script cannot be opened; ``str()`` is Python's own message for it."""
+
+
+def check_script(path: str) -> None:
+    """Raise ScriptMissing with Python's wording if ``python path`` could not even start."""
+    absolute = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise ScriptMissing(f"can't open file {absolute!r}: [Errno 2] No such file or directory")
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "__main__.py")):
+        raise ScriptMissing(f"can't find '__main__' module in {path!r}")
+
+
+def _hidden(filename: str) -> bool:
+    """Frames plain ``python script.py`` would not show: backstep's, runpy's, and torch's
+    ``__torch_function__`` dispatch (provenance's mode routes calls through it)."""
+    return (
+        filename.startswith(_BACKSTEP_DIR)
+        or filename == "<frozen runpy>"
+        or filename.endswith(os.sep + "runpy.py")
+        or filename == _OVERRIDES
+    )
+
+
+def _strip(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback as plain Python would have it: hidden frames removed, and a function
+    re-entered through torch-function dispatch shown once."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _hidden(code.co_filename):
+            if kept and kept[-1].tb_frame.f_code is code and is_internal(code.co_filename):
+                kept[-1] = tb
+            else:
+                kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, kept[1:], strict=False):
+        a.tb_next = b
+    if kept:
+        kept[-1].tb_next = None
+    return kept[0] if kept else None
+
+
+def _strip_chain(exc: BaseException, seen: set[int] | None = None) -> None:
+    seen = seen if seen is not None else set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = _strip(exc.__traceback__)
+        if exc.__context__ is not None and exc.__cause__ is None:
+            _strip_chain(exc.__context__, seen)
+        exc = exc.__cause__  # type: ignore[assignment]
+
+
+def exit_code(exc: SystemExit) -> int:
+    """What Python exits with for ``sys.exit(code)`` (printing a non-int code, as it does)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    try:
+        print(code, file=sys.stderr)
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def run_script(
+    path: str,
+    args: list[str],
+    on_exit: Callable[[int, str | None], None] | None = None,
+) -> int:
+    """Run the script; return the exit code Python would. ``on_exit(code, traceback_text)``
+    is called once the script is over (before an interrupt re-raises SIGINT)."""
+    sys.argv = [path, *args]
+    script_dir = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else path
+    sys.path[0] = os.path.abspath(script_dir)
+    code = 0
+    text = None
+    interrupted = False
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        code = exit_code(exc)
+    except KeyboardInterrupt as exc:
+        _strip_chain(exc)
+        text = _report(exc)
+        interrupted = True
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - reported exactly as Python would
+        _strip_chain(exc)
+        text = _report(exc)
+        code = 1
+    _flush_std()
+    if on_exit is not None:
+        on_exit(code, text)
+    if interrupted:
+        # Python ends a process killed by Ctrl-C with SIGINT, so the shell sees 130.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code
+
+
+def _report(exc: BaseException) -> str:
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except Exception:  # noqa: BLE001
+        sys.stderr.write(text)
+    return text
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass

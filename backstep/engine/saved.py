@@ -1,0 +1,111 @@
+"""Saved tensors of a node and their status — alive, freed, or modified in place — read
+without unpacking (unpacking re-runs the forward under checkpoint and raises when stale)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from backstep.engine.summary import _dtype_name
+
+VERSIONS_KEY = "backstep.saved_versions"
+_RAW = "_raw_saved_"
+_names: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_VERSION_RE = re.compile(r"is at version (\d+); expected version (\d+)")
+_SavedTensor = getattr(torch._C._autograd, "SavedTensor", ())
+
+
+def _attribute_names(node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(tensor names, scalar names) of a node type, cached: dir() costs microseconds."""
+    kind = type(node)
+    names = _names.get(kind)
+    if names is None:
+        attrs = dir(node)
+        tensors = tuple(a[len(_RAW):] for a in attrs if a.startswith(_RAW))
+        scalars = tuple(
+            a[len("_saved_"):]
+            for a in attrs
+            if a.startswith("_saved_") and a[len("_saved_"):] not in tensors
+        )
+        names = _names[kind] = (tensors, scalars)
+    return names
+
+
+def has_saved(node: Any) -> bool:
+    tensors, scalars = _attribute_names(node)
+    return bool(tensors or scalars)
+
+
+def _scalar(value: Any) -> Any:
+    """A saved scalar as JSON; an int -1 reads back from C++ as 2**64-1."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value - (1 << 64) if value >= (1 << 63) else value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, (list, tuple)):
+        return [_scalar(v) for v in value][:64]
+    return repr(value)[:80]
+
+
+def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check: bool) -> dict:
+    entry: dict[str, Any] = {"name": name, "status": "alive", "shape": None, "dtype": None,
+                             "bytes": 0, "version": None}
+    data = raw.data
+    if data is None:
+        entry["status"] = "freed"
+        return entry
+    entry["shape"] = list(data.shape)
+    entry["dtype"] = _dtype_name(data.dtype)
+    entry["bytes"] = data.numel() * data.element_size()
+    now = data._version
+    saved = recorded.get(name) if recorded else None
+    if saved is not None:
+        entry["version"] = {"saved": saved, "now": now}
+        if saved != now:
+            entry["status"] = "modified"
+    elif check and attr:
+        try:
+            getattr(node, attr)
+        except RuntimeError as exc:
+            match = _VERSION_RE.search(str(exc))
+            if match:
+                entry["status"] = "modified"
+                entry["version"] = {"saved": int(match.group(2)), "now": int(match.group(1))}
+    return entry
+
+
+def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:
+    """Each saved tensor and scalar of ``node`` with its status; never raises.
+
+    ``check`` also detects in-place modification by unpacking when no version was recorded at
+    forward time; the engine asks for it only at stops and on errors, never per node.
+    """
+    try:
+        tensors, scalars = _attribute_names(node)
+        recorded = node.metadata.get(VERSIONS_KEY) if tensors else None
+        out = []
+        for name in tensors:
+            raw = getattr(node, _RAW + name)
+            if isinstance(raw, tuple):  # custom Function saved_tensors, or a saved list
+                for k, item in enumerate(raw):
+                    if item is not None:
+                        out.append(_one(node, f"{name}[{k}]", item, "", recorded, False))
+            elif raw is not None:
+                out.append(_one(node, name, raw, "_saved_" + name, recorded, check))
+        for name in scalars:
+            try:
+                value = getattr(node, "_saved_" + name)
+            except RuntimeError:
+                continue
+            if isinstance(value, torch.Tensor) or (
+                isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor)
+            ):
+                continue
+            out.append({"name": name, "status": "scalar", "value": _scalar(value)})
+        return out
+    except Exception as exc:  # noqa: BLE001 - status is informative; never break a pass
+        return [{"name": "?", "status": "unknown", "note": f"{type(exc).__name__}: {exc}"[:120]}]

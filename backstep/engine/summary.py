@@ -1,0 +1,273 @@
+"""Tensor summaries: shape, dtype, min/max/mean/norm, non-finite count, small values.
+
+Per-tensor reductions cost several kernel launches and a host sync each; over a 2,000-node graph
+that is the whole overhead budget. So summaries are batched: ``SummaryBatch`` collects tensors and
+computes dense floating-point ones together with ``torch._foreach_*`` kernels and one host
+transfer. Everything else (integer, bool, complex, sparse, quantized, meta, huge) takes a careful
+per-tensor path that never copies a large tensor whole and never raises.
+
+Non-finite counts come almost free: NaN and Inf propagate into max, min and sum, so the exact count
+is only computed for tensors where one of those is not finite.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from backstep.protocol import clean_number
+
+SMALL = 16  # tensors with at most this many elements carry their values
+CHUNK = 1 << 20  # elements per step on the careful path
+BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
+_F32 = struct.Struct("f")
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _round(x: float, dtype: torch.dtype) -> float | str:
+    """A reduction result as JSON: float32 rounded to the digits float32 has."""
+    if not math.isfinite(x):
+        return clean_number(x)
+    if dtype in (torch.float32, torch.complex64):
+        f32 = _F32.unpack(_F32.pack(x))[0]
+        if f32 == x:  # a float32 value: its shortest form that reads back the same
+            for digits in (6, 7, 8):
+                short = float(f"{x:.{digits}g}")
+                if _F32.unpack(_F32.pack(short))[0] == x:
+                    return short
+        return float(f"{x:.9g}")
+    if dtype in (torch.float16, torch.bfloat16):
+        return float(f"{x:.5g}")
+    return x
+
+
+def _base(t: torch.Tensor) -> dict[str, Any]:
+    return {
+        "shape": list(t.shape),
+        "dtype": _dtype_name(t.dtype),
+        "device": str(t.device),
+        "min": None,
+        "max": None,
+        "mean": None,
+        "norm": None,
+        "nonfinite": None,
+    }
+
+
+def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
+    if dtype.is_floating_point:
+        return [_round(float(v), dtype) for v in flat]
+    if dtype.is_complex:
+        return [[_round(v.real, dtype), _round(v.imag, dtype)] for v in flat]
+    return list(flat)
+
+
+def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Views of at most CHUNK elements (dense tensors), without copying ``t`` whole."""
+    if t.numel() <= CHUNK or t.dim() == 0:
+        yield t
+    elif t.is_contiguous():
+        flat = t.view(-1)
+        for start in range(0, flat.numel(), CHUNK):
+            yield flat[start : start + CHUNK]
+    else:
+        for sub in t.unbind(0):
+            yield from _chunks(sub)
+
+
+def summarize(t: Any) -> dict[str, Any] | None:
+    """The summary of one tensor (None for None). Never raises."""
+    batch = SummaryBatch()
+    slot = batch.add(t)
+    return batch.compute()[slot] if slot is not None else None
+
+
+def _careful(t: torch.Tensor) -> dict[str, Any]:
+    """One tensor of any kind, reduced chunk by chunk in float64."""
+    out = _base(t)
+    layout = t.layout
+    if t.is_meta or t.device.type == "meta":
+        out["note"] = "meta tensor: no values"
+        return out
+    if layout != torch.strided:
+        out["layout"] = str(layout).removeprefix("torch.")
+        try:
+            values = t.coalesce().values() if layout == torch.sparse_coo else t.values()
+        except (RuntimeError, TypeError):
+            out["note"] = "values not readable"
+            return out
+        out["nnz"] = int(values.numel())
+        stats = _reduce(values, divisor=t.numel())
+        out.update(stats)
+        return out
+    if t.is_quantized:
+        t = t.dequantize()
+    n = t.numel()
+    if n == 0:
+        out["values"] = []
+        return out
+    out.update(_reduce(t, divisor=n))
+    if n <= SMALL:
+        out["values"] = _values(t.detach().reshape(-1).tolist(), t.dtype)
+    return out
+
+
+def _reduce(t: torch.Tensor, divisor: int) -> dict[str, Any]:
+    """min/max/mean/norm/nonfinite of a dense tensor in float64, one chunk at a time."""
+    t = t.detach()
+    lo, hi, total, sumsq, bad = math.inf, -math.inf, 0.0, 0.0, 0
+    seen = False
+    for chunk in _chunks(t):
+        if chunk.numel() == 0:
+            continue
+        seen = True
+        if chunk.is_complex():
+            bad += int((~torch.isfinite(chunk)).sum())
+            chunk = chunk.abs()
+        elif chunk.dtype == torch.bool:
+            chunk = chunk.to(torch.uint8)
+        elif chunk.is_floating_point():
+            bad += int((~torch.isfinite(chunk)).sum())
+        c = chunk.to(torch.float64)
+        lo = min(lo, float(c.min()))
+        hi = max(hi, float(c.max()))
+        total += float(c.sum())
+        sumsq += float((c * c).sum())
+        if math.isnan(lo) or math.isnan(hi):
+            lo = hi = math.nan
+    if not seen:
+        return {}
+    dtype = t.dtype
+    return {
+        "min": _round(lo, dtype),
+        "max": _round(hi, dtype),
+        "mean": _round(total / divisor if divisor else math.nan, dtype),
+        "norm": _round(math.sqrt(sumsq), dtype),
+        "nonfinite": bad,
+    }
+
+
+class SummaryBatch:
+    """Tensors waiting for their summaries; ``compute`` does them all in a few kernels.
+
+    A batch holds references to its tensors until ``compute``: keep batches short-lived (the
+    engine flushes at pass end, before every stop, and whenever ``nbytes`` passes its cap).
+    """
+
+    __slots__ = ("_tensors", "_slots", "nbytes")
+
+    def __init__(self) -> None:
+        self._tensors: list[torch.Tensor] = []
+        self._slots: dict[int, int] = {}
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def add(self, t: Any) -> int | None:
+        """Queue a tensor; its slot in ``compute()``'s result (None for a non-tensor)."""
+        if not isinstance(t, torch.Tensor):
+            return None
+        key = id(t)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = len(self._tensors)
+            self._slots[key] = slot
+            self._tensors.append(t)
+            try:
+                self.nbytes += t.element_size() * t.numel()
+            except (RuntimeError, TypeError):
+                pass
+        return slot
+
+    def compute(self) -> list[dict[str, Any] | None]:
+        """Summaries in slot order; empties the batch. Never raises."""
+        tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
+        results: list[dict[str, Any] | None] = [None] * len(tensors)
+        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for i, t in enumerate(tensors):
+            try:
+                if (
+                    type(t) in PLAIN
+                    and t.dtype in BATCHABLE
+                    and t.layout == torch.strided
+                    and not t.is_meta
+                    and 0 < t.numel() <= LARGE
+                ):
+                    groups.setdefault((t.dtype, t.device), []).append(i)
+                    continue
+            except (RuntimeError, TypeError, NotImplementedError):
+                pass
+            results[i] = self._careful_safe(t)
+        with torch.no_grad():
+            for (dtype, _), indices in groups.items():
+                try:
+                    self._compute_group(dtype, [tensors[i] for i in indices], indices, results)
+                except Exception:  # noqa: BLE001 - a summary must never break the user's pass
+                    for i in indices:
+                        results[i] = self._careful_safe(tensors[i])
+        return results
+
+    @staticmethod
+    def _careful_safe(t: torch.Tensor) -> dict[str, Any]:
+        try:
+            with torch.no_grad():
+                return _careful(t)
+        except Exception as exc:  # noqa: BLE001 - a summary must never break the user's pass
+            try:
+                out = _base(t)
+            except Exception:  # noqa: BLE001
+                out = {"shape": None, "dtype": None, "device": None}
+            out["note"] = f"summary failed: {type(exc).__name__}"
+            return out
+
+    @staticmethod
+    def _compute_group(
+        dtype: torch.dtype,
+        group: list[torch.Tensor],
+        indices: list[int],
+        results: list[dict[str, Any] | None],
+    ) -> None:
+        group = [t.detach() for t in group]
+        maxes = torch._foreach_max(group)
+        mins = torch._foreach_max(torch._foreach_neg(group))
+        norms = torch._foreach_norm(group, 2, dtype=torch.float64)
+        sums = [t.sum(dtype=torch.float64) for t in group]
+        small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
+        stats = torch.stack(
+            [
+                torch.stack(maxes).to(torch.float64),
+                torch.stack(mins).to(torch.float64),
+                torch.stack(norms),
+                torch.stack(sums),
+            ]
+        ).tolist()
+        small_values = torch.cat(small).tolist() if small else []
+        pos = 0
+        for j, (t, i) in enumerate(zip(group, indices, strict=True)):
+            hi, neg_lo, norm, total = stats[0][j], stats[1][j], stats[2][j], stats[3][j]
+            lo = -neg_lo
+            n = t.numel()
+            out = _base(t)
+            if math.isfinite(hi) and math.isfinite(lo) and math.isfinite(total):
+                bad = 0
+            else:
+                bad = int((~torch.isfinite(t)).sum()) if n <= LARGE else None
+            out["min"] = _round(lo, dtype)
+            out["max"] = _round(hi, dtype)
+            out["mean"] = _round(total / n, dtype)
+            out["norm"] = _round(norm, dtype)
+            out["nonfinite"] = bad
+            if n <= SMALL:
+                out["values"] = _values(small_values[pos : pos + n], dtype)
+                pos += n
+            results[i] = out
