@@ -57,3 +57,21 @@ check(
     head_b.weight.grad is not None,
 )
 check("the encoder got only loss_a's gradient", encoder.weight.grad is not None)
+
+print("C. a graph that saved nothing can be walked twice")
+x = torch.tensor(2.0, requires_grad=True)
+w = x + 1  # AddBackward0 saves no tensor (only the scalar alpha)
+w.backward()  # pass 5
+w.backward()  # pass 6: nothing was freed, so nothing is missing
+print(f"  x.grad = {x.grad}")
+check("backward twice through x + 1 works, and x.grad accumulates to 2", x.grad.item() == 2.0)
+try:
+    w.backward(retain_variables=True)  # the forum thread's old name for retain_graph
+    error = None
+except TypeError as exc:
+    error = str(exc)
+    print(f"  TypeError: {error}")
+check(
+    "retain_variables is gone in torch 2.x: backward() rejects it (TypeError)",
+    error is not None and "retain_variables" in error,
+)

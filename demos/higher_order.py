@@ -47,7 +47,7 @@ check(
     error is not None and "second time" in error,
 )
 try:
-    x.grad.backward()  # no pass at all: nothing to differentiate
+    x.grad.backward()  # pass 5: fails before any node runs: there is no graph
     error = None
 except RuntimeError as exc:
     error = str(exc)
@@ -59,12 +59,12 @@ check(
 
 print("C. backward(create_graph=True), then backward through x.grad")
 x = torch.tensor(3.0, requires_grad=True)
-(x**3).backward(create_graph=True)  # pass 5: x.grad = 27, with a graph
+(x**3).backward(create_graph=True)  # pass 6: x.grad = 27, with a graph
 first = x.grad
 check("x.grad == 27 and now has a grad_fn", first.item() == 27.0 and first.grad_fn is not None)
-first.backward(retain_graph=True)  # pass 6: accumulates into the same x.grad
+first.backward(retain_graph=True)  # pass 7: accumulates into the same x.grad
 print(f"  after x.grad.backward(): x.grad = {x.grad.item()}")
 check("x.grad.backward() ADDS 18 to x.grad: 27 + 18 == 45, not 18", x.grad.item() == 45.0)
 x.grad = None
-first.backward()  # pass 7: with .grad reset first
+first.backward()  # pass 8: with .grad reset first
 check("reset x.grad to None first and it reads 18", x.grad.item() == 18.0)

@@ -62,8 +62,12 @@ print("C. optimizer.step() between the two backward calls")
 zero()
 optimizer = torch.optim.SGD(params, lr=0.1)
 loss_a, loss_b = losses()
-loss_a.backward(retain_graph=True)  # pass 4
 version = encoder[2].weight._version
+loss_a.backward(retain_graph=True)  # pass 4
+check(
+    "backward() never changes a parameter: the weight's version is the same after it",
+    encoder[2].weight._version == version,
+)
 optimizer.step()  # updates encoder weights IN PLACE; the graph saved encoder[2].weight
 print(f"  encoder[2].weight version: {version} before step, {encoder[2].weight._version} after")
 try:
