@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from backstep.engine.summary import SummaryBatch, summarize
 
 BATCH_NODES = 256
 BATCH_BYTES = 8 << 20
+RETAINED_KEY = "backstep.retained_by"
 HELD_NODES = 64  # gradients kept for on-demand tensor views while the live UI steps
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
 
@@ -84,6 +86,7 @@ class Capture:
         self._original_retain: Any = None
         self._retained: dict[int, Any] = {}  # id -> weakref of tensors that called retain_grad
         self._live: dict[int, Pass] = {}
+        self._retained_graphs = 0  # retain_graph passes whose graph is still alive
         if controller is not None:
             controller.tensor_lookup = self._tensor_values
 
@@ -124,8 +127,6 @@ class Capture:
             torch.Tensor.retain_grad = self._original_retain  # type: ignore[method-assign]
 
     def _note_retained(self, tensor: torch.Tensor) -> None:
-        import weakref
-
         try:
             key = id(tensor)
             retained = self._retained
@@ -192,6 +193,7 @@ class Capture:
             p.stepping = controller.stop_at_pass_start or controller.interrupt
         p.record = self.sink is not None and (self.record or p.stepping)
         p.options = {"retain_graph": retain_graph, "create_graph": create_graph,
+                     "caller": naming.frame_source(naming.user_frame(sys._getframe(1))),
                      "roots": [graph.ids[graph.index[e[0]]] for e in roots if e is not None],
                      "inputs": input_ids}
         if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
@@ -206,6 +208,11 @@ class Capture:
             p.before = {i: (slots[s] if isinstance(s, int) else None) for i, s in p.before.items()}
             self._announce(p)
         bp = controller.breakpoints if controller is not None else None
+        if self._retained_graphs:
+            for node in graph.nodes:
+                marker = node.metadata.get(RETAINED_KEY)
+                if marker is not None:
+                    marker.reused = True
         self._ensure_hooks(
             p,
             pre=live and (p.stepping or bool(bp and bp.static)),
@@ -329,7 +336,7 @@ class Capture:
             saved = saved_status(node) if has_saved(node) else []
             after = None
             if p.graph.names[i] == _ACCUMULATE:
-                after = batch.add(node.variable.grad)
+                after = (batch.add(node.variable.grad), node.variable._version)
             p.records.append((i, step, go, gi, saved, after))
             if controller is not None:
                 held = p.held
@@ -431,8 +438,9 @@ class Capture:
                         "leaf": p.leaf_names.get(i),
                         "id": node_id,
                         "before": p.before.get(i),
-                        "after": summaries[after] if after is not None else None,
+                        "after": summaries[after[0]] if after[0] is not None else None,
                         "retained": False,
+                        "version": after[1],
                     }
                 )
         return out
@@ -458,6 +466,8 @@ class Capture:
             return
         self._flush(p)
         graph = p.graph
+        if exc is None and p.options.get("retain_graph"):
+            self._watch_retained(p)
         if exc is not None:
             failed = self._failed_node(p)
             if failed is not None:
@@ -497,6 +507,27 @@ class Capture:
                 "skipped": [graph.ids[i] for i, step in enumerate(p.ran) if not step],
             }
         )
+        if self.sink is not None:
+            self.sink.flush()
+
+    def _watch_retained(self, p: Pass) -> None:
+        """Mark a retained graph so its release, and whether any pass reused it, is reported."""
+        marker = _Retained(p.number)
+        graph = p.graph
+        total = 0
+        for node in graph.nodes:
+            node.metadata[RETAINED_KEY] = marker
+            if has_saved(node):
+                total += sum(s.get("bytes", 0) for s in saved_status(node) if s["status"] == "alive")
+        marker.bytes = total
+        self._retained_graphs += 1
+        weakref.finalize(marker, self._released, p.number, marker.state).atexit = False
+        del marker
+
+    def _released(self, number: int, state: dict[str, Any]) -> None:
+        self._retained_graphs -= 1
+        self._emit({"event": "graph_released", "pass": number, "reused": state["reused"],
+                    "bytes": state["bytes"]})
         if self.sink is not None:
             self.sink.flush()
 
@@ -574,6 +605,31 @@ def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
         except (RuntimeError, TypeError, NotImplementedError):
             continue
     return None
+
+
+class _Retained:
+    """Lives in the metadata of every node of a retained graph; dies with the last of them."""
+
+    __slots__ = ("state", "__weakref__")
+
+    def __init__(self, number: int) -> None:
+        self.state = {"reused": False, "bytes": 0, "pass": number}
+
+    @property
+    def reused(self) -> bool:
+        return self.state["reused"]
+
+    @reused.setter
+    def reused(self, value: bool) -> None:
+        self.state["reused"] = value
+
+    @property
+    def bytes(self) -> int:
+        return self.state["bytes"]
+
+    @bytes.setter
+    def bytes(self, value: int) -> None:
+        self.state["bytes"] = value
 
 
 def _message(exc: BaseException) -> str:

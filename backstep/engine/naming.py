@@ -33,6 +33,17 @@ def user_frame(start: Any = None) -> Any:
     return frame
 
 
+def frame_source(frame: Any) -> dict[str, Any] | None:
+    """{"file", "line", "code"} of the line a frame is executing."""
+    if frame is None:
+        return None
+    import linecache
+
+    path = os.path.abspath(frame.f_code.co_filename)
+    line = frame.f_lineno or 0
+    return {"file": path, "line": line, "code": linecache.getline(path, line).strip()}
+
+
 def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     """Names for the tensors in ``wanted`` (id -> tensor) found in ``frame`` and its callers.
 

@@ -67,6 +67,7 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
         entry["version"] = {"saved": saved, "now": now}
         if saved != now:
             entry["status"] = "modified"
+        entry["modified_by"] = _modified_by(data, saved, now)
     elif check and attr:
         try:
             getattr(node, attr)
@@ -75,7 +76,20 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
             if match:
                 entry["status"] = "modified"
                 entry["version"] = {"saved": int(match.group(2)), "now": int(match.group(1))}
+                entry["modified_by"] = _modified_by(data, int(match.group(2)), now)
     return entry
+
+
+def _modified_by(data: Any, saved: int, now: int) -> dict[str, Any] | None:
+    """The in-place op (line and name) that moved the tensor past its saved version."""
+    if saved == now:
+        return None
+    try:
+        from backstep.engine.provenance import inplace_history
+    except ImportError:
+        return None
+    history = [h for h in inplace_history(data) if saved < h.get("version", 0) <= now]
+    return history[0] if history else None
 
 
 def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:
