@@ -174,6 +174,20 @@ def test_discovery_prefers_installed_demos_and_ignores_scripts_without_narration
     assert demos.demos_dir() == REPO / "demos"  # a source checkout has no backstep/_demos
 
 
+def test_installed_demos_win_over_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "backstep"
+    (package / "_demos").mkdir(parents=True)
+    (tmp_path / "demos").mkdir()
+    monkeypatch.setattr(demos, "__file__", str(package / "demos.py"))
+    assert demos.demos_dir() == package / "_demos"
+    (package / "_demos").rmdir()
+    assert demos.demos_dir() == tmp_path / "demos"
+    (tmp_path / "demos").rmdir()
+    assert demos.demos_dir() is None and demos.all_demos() == []
+
+
 def _demo_args(name: str | None = None, script: bool = False) -> argparse.Namespace:
     return argparse.Namespace(name=name, script=script)
 
@@ -218,16 +232,18 @@ def test_backstep_demo_name_launches_the_ui_with_the_narration(
     ]
 
 
-def test_the_cli_knows_the_demo_subcommand() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "backstep", "demo", "accumulation", "--script"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def test_the_cli_knows_the_demo_subcommand_and_loads_neither_torch_nor_textual() -> None:
+    code = (
+        "import sys\n"
+        "from backstep.cli import main\n"
+        "code = main(['demo', 'accumulation', '--script'])\n"
+        "print(code, 'torch' in sys.modules, 'textual' in sys.modules)\n"
     )
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("accumulation.py")
-    assert "torch" not in proc.stderr  # listing demos must not import torch
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    path, status = proc.stdout.splitlines()
+    assert path.endswith("accumulation.py") and status == "0 False False", proc.stderr
 
 
 # -- every demo, under backstep trace and plain python ----------------------------------------
