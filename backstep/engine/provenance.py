@@ -1,10 +1,13 @@
 """Forward provenance: the user's line and the module path behind every autograd node.
 
-``Provenance().install()`` (or ``with Provenance():``) starts recording on the calling thread:
-each node created afterwards carries, in ``node.metadata``,
+``Provenance().install()`` (or ``with Provenance():``) starts recording on the calling thread.
+Call ``annotate(roots)`` on a graph before reading it (it completes the tags of the nodes made
+inside torch's composite functions, cheaply left for later during the forward); then each node
+created while installed carries, in ``node.metadata``,
   "backstep.source"          {"file": abs path, "line": int, "code": stripped text}
   "backstep.module"          "model.encoder.layers.3.self_attn"  (innermost running module)
   "backstep.saved_versions"  {saved name: tensor version when the node was made}
+                             (nodes that outputs of a top-level call got; not inner ones)
 and ``inplace_history(t)`` lists the lines whose in-place ops bumped ``t``'s version.
 Failures inside provenance are swallowed: at worst a node has no source, never a wrong one.
 Nothing here holds a node or a tensor. The source dicts are shared between nodes: read, never
@@ -25,8 +28,10 @@ from backstep.engine.provenance_tagging import (
     MODULE_KEY,
     SAVED_VERSIONS_KEY,
     SOURCE_KEY,
+    SPAN_KEY,
     TaggingMode,
     add_mode,
+    annotate,
     pause_if_top,
     remove_mode,
 )
@@ -35,7 +40,9 @@ __all__ = [
     "MODULE_KEY",
     "SAVED_VERSIONS_KEY",
     "SOURCE_KEY",
+    "SPAN_KEY",
     "Provenance",
+    "annotate",
     "inplace_history",
     "module_of",
     "saved_versions_of",
@@ -99,6 +106,7 @@ class Provenance:
                 pass
             try:
                 tracker.uninstall()
+                tracker.clear_thread()
             except Exception:
                 pass
             try:

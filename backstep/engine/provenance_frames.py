@@ -70,6 +70,59 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
     return found
 
 
+_UNSET: Any = object()
+_CALL_IMPL: CodeType | None = getattr(
+    getattr(torch.nn.Module, "_call_impl", None), "__code__", None
+)
+
+
+def call_impl_frame(frame: FrameType | None, limit: int = 4) -> FrameType | None:
+    """The ``Module._call_impl`` frame at most ``limit`` frames above ``frame`` (a module hook's)."""
+    while frame is not None and limit > 0:
+        if frame.f_code is _CALL_IMPL:
+            return frame
+        frame = frame.f_back
+        limit -= 1
+    return None
+
+
+def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] | None:
+    """Source dict of the first user frame at or above ``frame``, or None.
+
+    ``entries`` is the thread's running-module stack (objects with ``frame``: their _call_impl
+    frame, and ``source``: a cache). Everything above a module's _call_impl frame is fixed while
+    that module runs, so once one op inside it walked past that frame, the others stop there.
+    """
+    files = _code_files
+    pending: list[Any] = []  # module entries whose cache this walk fills
+    position = len(entries)
+    result: dict[str, Any] | None = None
+    while frame is not None:
+        code = frame.f_code
+        path = files.get(code, 0)
+        if path == 0:
+            path = _classify(code)
+        if path is not None:
+            result = source_dict(frame)
+            break
+        if code is _CALL_IMPL:
+            entry = None
+            while position > 0:
+                position -= 1
+                if entries[position].frame is frame:
+                    entry = entries[position]
+                    break
+            if entry is not None:
+                if entry.source is not _UNSET:
+                    result = entry.source
+                    break
+                pending.append(entry)
+        frame = frame.f_back
+    for entry in pending:
+        entry.source = result
+    return result
+
+
 def caller_source(depth: int = 1) -> dict[str, Any] | None:
     """Source dict of the first user frame above the caller (``depth`` frames up), or None."""
     try:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from backstep.engine.provenance_frames import user_frame
+from backstep.engine.provenance_frames import _UNSET, call_impl_frame, find_source, user_frame
 
 _ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
 
@@ -28,13 +28,16 @@ _ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
 class _Entry:
     """One running forward: the module, its dotted path, and the root entry it is named from."""
 
-    __slots__ = ("module", "path", "origin", "rebuilt", "resume")
+    __slots__ = ("module", "path", "origin", "rebuilt", "resume", "frame", "source", "table")
 
     def __init__(self, module: nn.Module, path: str, origin: _Entry | None = None) -> None:
         self.module = module
         self.path = path
+        self.frame: FrameType | None = None  # its Module._call_impl frame, while it runs
+        self.source: Any = _UNSET  # cache for find_source()
         self.origin: _Entry = origin if origin is not None else self  # names via named_modules()
         self.rebuilt = False  # the origin's module map was rebuilt during this call
+        self.table: _ModuleMap | None = None  # the origin's module map, fetched once per call
         self.resume: Callable[[], None] | None = None  # run when this forward ends
 
 
@@ -88,6 +91,14 @@ class ModuleTracker:
         for handle in handles:
             handle.remove()
 
+    def current_source(self, frame: FrameType | None) -> dict[str, Any] | None:
+        """Source dict of the first user frame at or above ``frame`` (an op's caller)."""
+        return find_source(frame, self._stack.entries)
+
+    def clear_thread(self) -> None:
+        """Forget this thread's running modules (uninstall: nothing may hold their frames)."""
+        self._stack.entries.clear()
+
     def current_path(self) -> str | None:
         """Dotted path of the innermost module whose forward runs on this thread, or None."""
         entries = self._stack.entries
@@ -98,6 +109,7 @@ class ModuleTracker:
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         try:
             entry = self._enter(module)
+            entry.frame = call_impl_frame(sys._getframe(1))
             if self.on_no_grad is not None and not torch.is_grad_enabled():
                 entry.resume = self.on_no_grad()
         except Exception:
@@ -140,7 +152,9 @@ class ModuleTracker:
     def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
         """``module``'s path relative to ``origin.module`` ("" for itself), or None."""
         root = origin.module
-        table = self._maps.get(root)
+        table = origin.table
+        if table is None:
+            table = origin.table = self._maps.get(root)
         if table is not None:
             hit = table.get(id(module))
             if hit is not None and hit[0]() is module:
@@ -152,5 +166,5 @@ class ModuleTracker:
         hit = table.get(id(module))
         if hit is None:
             table[id(module)] = (weakref.ref(module), None)
-        self._maps[root] = table
+        self._maps[root] = origin.table = table
         return hit[1] if hit is not None else None

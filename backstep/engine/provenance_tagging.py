@@ -2,10 +2,11 @@
 
 A TorchFunctionMode sees each top-level torch call on its thread. Autograd numbers the nodes it
 creates with a per-thread sequence counter, so the nodes a call created are exactly those whose
-``_sequence_nr()`` lies between the counter before and after it: the mode tags the outputs' nodes
-and their ancestors inside that range (ops run inside torch's own functions, never seen by the
-mode, get the line of the call that ran them). Nodes made before install, in another thread or by
-code the mode never saw keep no tag rather than a wrong one. Custom autograd Functions bypass
+``_sequence_nr()`` lies between the counter before and after it. During the forward only the
+outputs' nodes are tagged (cheap), with that span; ``annotate(roots)``, run when a graph is about
+to be shown, hands the tags down to each call's inner nodes (ops run inside torch's own functions
+get the line of the call that ran them). Nodes made before install, in another thread or by code
+the mode never saw keep no tag rather than a wrong one. Custom autograd Functions bypass
 ``__torch_function__``; a wrapper around ``Function.apply`` tags them the same way.
 """
 
@@ -23,13 +24,13 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
-from backstep.engine.provenance_frames import source_dict, user_frame
 from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
 from backstep.engine.provenance_modules import ModuleTracker
 
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"
 SAVED_VERSIONS_KEY = "backstep.saved_versions"
+SPAN_KEY = "backstep.span"  # (first, end) sequence numbers of the call that made the node
 
 _RAW_PREFIX = "_raw_saved_"
 _saved_names: dict[type, tuple[str, ...]] = {}
@@ -106,63 +107,97 @@ class TaggingMode(TorchFunctionMode):
         before: list[tuple[torch.Tensor, int]] | None,
         caller: FrameType | None,
     ) -> None:
-        """Tag the nodes numbered [start, end) reachable from ``result``; note version bumps."""
-        frame = user_frame(caller)
-        source = source_dict(frame) if frame is not None else None
-        if end != start:
-            self.tag(result, start, end, source)
+        """Tag the call's output nodes; note the version bumps of its tensor arguments."""
+        source = self.tracker.current_source(caller)
+        mutated: list[torch.Tensor] = []
         if op is not None and before:
             for tensor, version in before:
-                if tensor._version != version:
+                if tensor._version != version and not any(t is tensor for t in mutated):
                     record(tensor, op, source)
+                    mutated.append(tensor)
+        if end != start:
+            self.tag(result, mutated, start, end, source)
 
-    def tag(self, result: Any, start: int, end: int, source: dict[str, Any] | None) -> None:
+    def tag(
+        self,
+        result: Any,
+        mutated: list[torch.Tensor],
+        start: int,
+        end: int,
+        source: dict[str, Any] | None,
+    ) -> None:
+        """Write the tags on the nodes (numbered in [start, end)) of the outputs and of the
+        tensors modified in place; ``annotate`` passes them on to the call's inner nodes."""
         module = self.tracker.current_path()
         if source is None and module is None:
             return
-        pending: list[Any] = []
         if isinstance(result, torch.Tensor):
-            outputs: tuple[Any, ...] | list[Any] = (result,)
+            outputs: list[Any] = [result]
         elif isinstance(result, (tuple, list)):
-            outputs = result
+            outputs = list(result)
         else:
-            return
+            outputs = []
+        outputs.extend(mutated)
+        span = (start, end) if end - start > 1 else None
+        tagged: list[Any] = []
         for value in outputs:
-            if isinstance(value, torch.Tensor):
-                node = value.grad_fn
-                if node is not None and start <= node._sequence_nr() < end:
-                    pending.append(node)
-        if not pending:
-            return
-        seen: set[Any] = set()
-        budget = end - start
-        with_versions = self.record_saved_versions
-        while pending:
-            node = pending.pop()
-            if node in seen:
+            if not isinstance(value, torch.Tensor):
                 continue
-            seen.add(node)
+            node = value.grad_fn
+            if node is None or not start <= node._sequence_nr() < end or node in tagged:
+                continue
+            tagged.append(node)
             metadata = node.metadata
             if source is not None:
                 metadata[SOURCE_KEY] = source
             if module is not None:
                 metadata[MODULE_KEY] = module
-            if with_versions:
+            if span is not None:
+                metadata[SPAN_KEY] = span
+            if self.record_saved_versions:
                 try:
                     versions = saved_versions(node)
                     if versions:
                         metadata[SAVED_VERSIONS_KEY] = versions
                 except Exception:
                     pass
-            if len(seen) >= budget:
-                break
-            for parent, _ in node.next_functions:
-                if (
-                    parent is not None
-                    and parent not in seen
-                    and start <= parent._sequence_nr() < end
-                ):
-                    pending.append(parent)
+
+
+def annotate(roots: Any) -> int:
+    """Pass each tagged node's tags on to its untagged ancestors created by the same call.
+
+    A call seen by the mode (``F.multi_head_attention_forward``) may create many nodes; only its
+    outputs are tagged during the forward (cheap), with the call's sequence-number span. Walking
+    from the graph's roots, an untagged parent numbered inside a tagged node's span was made by
+    that same call and inherits its source and module. Returns how many nodes were tagged.
+    Holds nodes only for the duration of the walk.
+    """
+    stack = [node for node in roots if node is not None]
+    done: set[Any] = set()
+    count = 0
+    while stack:
+        node = stack.pop()
+        if node in done:
+            continue
+        done.add(node)
+        metadata = node.metadata
+        span = metadata.get(SPAN_KEY)
+        for parent, _ in node.next_functions:
+            if parent is None:
+                continue
+            if span is not None and span[0] <= parent._sequence_nr() < span[1]:
+                inherited = parent.metadata
+                if SOURCE_KEY not in inherited and MODULE_KEY not in inherited:
+                    for key in (SOURCE_KEY, MODULE_KEY, SPAN_KEY):
+                        if key in metadata:
+                            inherited[key] = metadata[key]
+                    count += 1
+                    done.discard(parent)  # look at its parents again, now with a span
+                    stack.append(parent)
+                    continue
+            if parent not in done:
+                stack.append(parent)
+    return count
 
 
 # -- custom autograd Functions ------------------------------------------------------------------

@@ -1,0 +1,545 @@
+"""Forward provenance: exact user lines and module paths on every node, and no change in results."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import Function
+from torch.utils.checkpoint import checkpoint
+
+from backstep.engine import provenance_inplace
+from backstep.engine.provenance import (
+    MODULE_KEY,
+    SOURCE_KEY,
+    Provenance,
+    annotate,
+    inplace_history,
+    module_of,
+    saved_versions_of,
+    source_of,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HERE = str(Path(__file__).resolve())
+
+
+def marker_line(path: Path, marker: str) -> int:
+    """The line number carrying ``# @marker`` in ``path``."""
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# @{marker}"):
+            return number
+    raise AssertionError(f"no marker {marker} in {path}")
+
+
+def this_line(marker: str) -> int:
+    return marker_line(Path(HERE), marker)
+
+
+def nodes(*roots: Any) -> Iterator[Any]:
+    """Every node reachable from ``roots`` (after handing tags down with annotate)."""
+    annotate(roots)
+    seen: set[Any] = set()
+    stack = [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(parent for parent, _ in node.next_functions if parent is not None)
+
+
+def where(node: Any) -> tuple[str, int, str | None] | None:
+    source = source_of(node)
+    if source is None:
+        return None
+    return Path(source["file"]).name, source["line"], module_of(node)
+
+
+def non_leaf(all_nodes: Iterator[Any]) -> list[Any]:
+    return [n for n in all_nodes if type(n).__name__ != "AccumulateGrad"]
+
+
+def grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+# -- the multi-file fixture project ----------------------------------------------------------
+
+
+@pytest.fixture
+def provproj(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    import provproj.train as train
+
+    return train
+
+
+def test_fixture_project_lines_and_modules(provproj: Any) -> None:
+    layers = FIXTURES / "provproj" / "layers.py"
+    ops = FIXTURES / "provproj" / "ops.py"
+    train = FIXTURES / "provproj" / "train.py"
+    model, x = provproj.build()
+    with Provenance():
+        loss = provproj.step(model, x)
+    found: dict[tuple[str, int, str | None], set[str]] = {}
+    graph = non_leaf(nodes(loss.grad_fn))
+    for node in graph:
+        spot = where(node)
+        assert spot is not None, f"{type(node).__name__} has no source"
+        found.setdefault(spot, set()).add(type(node).__name__)
+    assert source_of(graph[0])["file"] == str(train.resolve())
+    expected = {
+        ("train.py", marker_line(train, "loss"), None): {"PowBackward0", "MeanBackward0"},
+        ("train.py", marker_line(train, "head"), "model.head"): {"AddmmBackward0", "TBackward0"},
+        ("layers.py", marker_line(layers, "norm"), "model.encoder.norm"): {
+            "NativeLayerNormBackward0"
+        },
+    }
+    for index in (0, 1):
+        prefix = f"model.encoder.layers.{index}"
+        expected[("layers.py", marker_line(layers, "fc1"), f"{prefix}.fc1")] = {
+            "AddmmBackward0",
+            "TBackward0",
+        }
+        expected[("layers.py", marker_line(layers, "tanh"), prefix)] = {"TanhBackward0"}
+        expected[("layers.py", marker_line(layers, "fc2"), f"{prefix}.fc2")] = {
+            "AddmmBackward0",
+            "TBackward0",
+        }
+        expected[("ops.py", marker_line(ops, "residual"), prefix)] = {
+            "MulBackward0",
+            "AddBackward0",
+        }
+    assert found == expected
+
+
+def test_source_code_text_and_leaves(provproj: Any) -> None:
+    model, x = provproj.build()
+    with Provenance():
+        loss = provproj.step(model, x)
+    source = source_of(loss.grad_fn)
+    assert source["code"] == "return out.pow(2).mean()  # @loss"
+    leaves = [n for n in nodes(loss.grad_fn) if type(n).__name__ == "AccumulateGrad"]
+    assert len(leaves) == len(list(model.parameters()))
+    assert all(source_of(n) is None and module_of(n) is None for n in leaves)
+
+
+def test_fidelity_fixture_gradients_bit_identical(provproj: Any) -> None:
+    model, x = provproj.build()
+    provproj.step(model, x).backward()
+    plain = grads(model)
+    model.zero_grad()
+    with Provenance():
+        provproj.step(model, x).backward()
+    traced = grads(model)
+    assert plain.keys() == traced.keys()
+    assert all(torch.equal(plain[k], traced[k]) for k in plain)
+
+
+# -- torch's own modules -----------------------------------------------------------------------
+
+
+def make_encoder() -> tuple[nn.TransformerEncoder, torch.Tensor]:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    return encoder, torch.randn(2, 5, 16)
+
+
+def test_transformer_encoder_lines_and_modules() -> None:
+    encoder, x = make_encoder()
+    with Provenance():
+        out = encoder(x)  # @encoder-call
+        loss = out.sum()  # @encoder-loss
+    graph = non_leaf(nodes(loss.grad_fn))
+    lines = {source_of(n)["line"] for n in graph}
+    assert lines == {this_line("encoder-call"), this_line("encoder-loss")}
+    attention = [n for n in graph if "ScaledDotProduct" in type(n).__name__]
+    assert sorted(module_of(n) for n in attention) == [
+        "encoder.layers.0.self_attn",
+        "encoder.layers.1.self_attn",
+    ]
+    modules = {module_of(n) for n in graph}
+    assert {"encoder.layers.0.linear1", "encoder.layers.1.norm2", None} <= modules
+    assert all(m is None or m.startswith("encoder.layers.") for m in modules)
+    # the nodes made inside F.multi_head_attention_forward all land on the attention module
+    attn0 = [n for n in graph if module_of(n) == "encoder.layers.0.self_attn"]
+    assert len(attn0) > 10
+
+
+def test_transformer_encoder_gradients_bit_identical() -> None:
+    encoder, x = make_encoder()
+    encoder(x).pow(2).mean().backward()
+    plain = grads(encoder)
+    encoder.zero_grad()
+    with Provenance():
+        encoder(x).pow(2).mean().backward()
+    traced = grads(encoder)
+    assert all(torch.equal(plain[k], traced[k]) for k in plain)
+
+
+def test_no_grad_eval_fast_path_unchanged() -> None:
+    """nn.TransformerEncoder's eval fast path refuses torch-function modes: it must still run."""
+    encoder, x = make_encoder()
+    encoder.eval()
+    with torch.no_grad():
+        plain = encoder(x)
+    with Provenance(), torch.no_grad():
+        traced = encoder(x)
+    assert torch.equal(plain, traced)
+
+
+# -- a GPT-style model written here ----------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)  # @qkv
+        q, k, v = (t.view(batch, seq, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # @scores
+        mask = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+        weights = F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)  # @softmax
+        out = (weights @ v).transpose(1, 2).reshape(batch, seq, width)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))  # @mlp
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int = 32, width: int = 16, heads: int = 2, depth: int = 2) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(depth))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx)  # @embed
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def gpt_loss(gpt: TinyGPT, idx: torch.Tensor) -> torch.Tensor:
+    logits = gpt(idx)
+    return F.cross_entropy(logits.flatten(0, 1), idx.flatten())  # @xent
+
+
+def make_gpt() -> tuple[TinyGPT, torch.Tensor]:
+    torch.manual_seed(0)
+    return TinyGPT(), torch.randint(0, 32, (2, 6))
+
+
+def test_gpt_lines_and_modules() -> None:
+    gpt, idx = make_gpt()
+    with Provenance():
+        loss = gpt_loss(gpt, idx)
+    by_name: dict[str, set[tuple[str, int, str | None] | None]] = {}
+    for node in non_leaf(nodes(loss.grad_fn)):
+        by_name.setdefault(type(node).__name__, set()).add(where(node))
+    me = Path(HERE).name
+    assert by_name["SoftmaxBackward0"] == {
+        (me, this_line("softmax"), f"gpt.blocks.{i}.attn") for i in (0, 1)
+    }
+    assert by_name["SplitBackward0"] == {
+        (me, this_line("qkv"), f"gpt.blocks.{i}.attn") for i in (0, 1)
+    }
+    assert by_name["EmbeddingBackward0"] == {(me, this_line("embed"), "gpt.tok")}
+    assert by_name["GeluBackward0"] == {
+        (me, this_line("mlp"), f"gpt.blocks.{i}.mlp.1") for i in (0, 1)
+    }
+    assert by_name["NllLossBackward0"] == {(me, this_line("xent"), None)}
+    assert (me, this_line("scores"), "gpt.blocks.1.attn") in by_name["DivBackward0"]
+    assert all(None not in spots for spots in by_name.values())
+
+
+def test_gpt_gradients_bit_identical() -> None:
+    gpt, idx = make_gpt()
+    gpt_loss(gpt, idx).backward()
+    plain = grads(gpt)
+    gpt.zero_grad()
+    with Provenance():
+        gpt_loss(gpt, idx).backward()
+    traced = grads(gpt)
+    assert plain.keys() == traced.keys() and len(plain) > 10
+    assert all(torch.equal(plain[k], traced[k]) for k in plain)
+
+
+# -- custom Functions, checkpoint ------------------------------------------------------------
+
+
+class Square(Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def test_custom_function() -> None:
+    x = torch.randn(3, requires_grad=True)
+    with Provenance():
+        y = x.sin()  # @fn-before
+        z = Square.apply(y)  # @fn-apply
+        w = z * 3  # @fn-after
+    square = w.grad_fn.next_functions[0][0]
+    list(nodes(w.grad_fn))
+    assert type(square).__name__ == "SquareBackward"
+    assert source_of(square)["line"] == this_line("fn-apply")
+    assert source_of(w.grad_fn)["line"] == this_line("fn-after")
+    assert source_of(y.grad_fn)["line"] == this_line("fn-before")
+    w.sum().backward()
+    assert torch.equal(x.grad, 6 * x.detach().sin() * x.detach().cos())
+
+
+def test_uninstall_restores_function_apply_and_mode() -> None:
+    original = Function.__dict__["apply"]
+    depth = torch._C._len_torch_function_stack()
+    provenance = Provenance()
+    provenance.install()
+    provenance.install()  # idempotent
+    assert Function.__dict__["apply"] is not original
+    assert torch._C._len_torch_function_stack() == depth + 1
+    provenance.uninstall()
+    provenance.uninstall()
+    assert Function.__dict__["apply"] is original
+    assert torch._C._len_torch_function_stack() == depth
+    x = torch.randn(2, requires_grad=True)
+    assert source_of((x * 2).grad_fn) is None
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))  # @inner
+
+
+def snapshot(root: Any) -> dict[int, tuple[Any, Any]]:
+    return {id(n): (source_of(n), module_of(n)) for n in nodes(root)}
+
+
+def test_checkpoint_non_reentrant() -> None:
+    torch.manual_seed(0)
+    inner = Inner()
+    x = torch.randn(2, 4, requires_grad=True)
+    with Provenance():
+        y = checkpoint(inner, x, use_reentrant=False)  # @ckpt-nr
+        loss = y.sum()
+        before = snapshot(loss.grad_fn)
+        spots = {where(n) for n in non_leaf(nodes(loss.grad_fn))}
+        loss.backward(retain_graph=True)  # runs the recompute
+        assert snapshot(loss.grad_fn) == before
+    me = Path(HERE).name
+    assert (me, this_line("inner"), "inner") in spots
+    assert (me, this_line("inner"), "inner.fc") in spots
+
+
+def test_checkpoint_reentrant() -> None:
+    torch.manual_seed(0)
+    inner = Inner()
+    x = torch.randn(2, 4, requires_grad=True)
+    with Provenance():
+        y = checkpoint(inner, x, use_reentrant=True)  # @ckpt-r
+        loss = y.sum()
+        before = snapshot(loss.grad_fn)
+        loss.backward(retain_graph=True)
+        assert snapshot(loss.grad_fn) == before
+    node = loss.grad_fn.next_functions[0][0]
+    assert type(node).__name__ == "CheckpointFunctionBackward"
+    assert source_of(node)["line"] == this_line("ckpt-r")
+
+
+def test_checkpoint_gradients_bit_identical() -> None:
+    torch.manual_seed(0)
+    inner = Inner()
+    x = torch.randn(2, 4)
+    results = []
+    for on in (False, True):
+        for reentrant in (False, True):
+            inner.zero_grad()
+            with Provenance() if on else _nothing():
+                checkpoint(inner, x.requires_grad_(), use_reentrant=reentrant).sum().backward()
+            results.append(grads(inner))
+    for other in results[1:]:
+        assert all(torch.equal(results[0][k], other[k]) for k in results[0])
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# -- what must stay unrecorded -----------------------------------------------------------------
+
+
+def test_nodes_before_install_have_no_source() -> None:
+    x = torch.randn(3, requires_grad=True)
+    early = x.exp()  # created before install
+    with Provenance():
+        late = early * 2  # @late
+    annotate([late.grad_fn])
+    assert source_of(early.grad_fn) is None and module_of(early.grad_fn) is None
+    assert source_of(late.grad_fn)["line"] == this_line("late")
+    after = late + 1
+    assert source_of(after.grad_fn) is None
+
+
+def test_other_threads_get_no_source() -> None:
+    result: list[Any] = []
+    x = torch.randn(3, requires_grad=True)
+
+    def work() -> None:
+        result.append((x * 2).grad_fn)
+
+    with Provenance():
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    assert source_of(result[0]) is None
+
+
+def test_module_named_from_self_attribute_or_class() -> None:
+    class Trainer:
+        def __init__(self) -> None:
+            self.net = nn.Linear(3, 3)
+
+        def run(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+    x = torch.randn(2, 3)
+    with Provenance():
+        out = Trainer().run(x)
+        anonymous = nn.Linear(3, 1)(x)
+    assert module_of(out.grad_fn) == "net"
+    assert module_of(anonymous.grad_fn) == "Linear"
+
+
+def test_internal_failure_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backstep.engine.provenance_modules import ModuleTracker
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ModuleTracker, "current_source", broken)
+    monkeypatch.setattr(ModuleTracker, "_enter", broken)
+    gpt, idx = make_gpt()
+    with Provenance():
+        loss = gpt_loss(gpt, idx)
+        loss.backward()
+    assert source_of(loss.grad_fn) is None
+    assert all(p.grad is not None for p in gpt.parameters())
+
+
+def test_user_errors_unchanged() -> None:
+    with Provenance(), pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be"):
+        nn.Linear(3, 3)(torch.randn(2, 4))
+
+
+# -- saved versions and in-place history -------------------------------------------------------
+
+
+def test_saved_versions_recorded_at_creation() -> None:
+    x = torch.randn(3, requires_grad=True)
+    with Provenance():
+        a = x * 1
+        y = a.exp()
+        y.add_(1)  # bumps the saved result
+    exp = y.grad_fn.next_functions[0][0]
+    assert type(exp).__name__ == "ExpBackward0"
+    assert saved_versions_of(exp) == {"result": 0}
+    assert exp._raw_saved_result.data._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_inplace_history_names_the_line() -> None:
+    x = torch.randn(4, requires_grad=True)
+    with Provenance():
+        b = x.clone()
+        b.add_(1)  # @add
+        b[0] = 5.0  # @setitem
+        view = b[1:]
+        view.mul_(2)  # @view
+        b += 1  # @iadd
+        plain = torch.zeros(3)
+        torch.add(plain, 1, out=plain)  # @out
+    history = inplace_history(b)
+    assert [(h["op"], h["line"], h["version"]) for h in history] == [
+        ("add_", this_line("add"), 1),
+        ("__setitem__", this_line("setitem"), 2),
+        ("mul_", this_line("view"), 3),
+        ("add_", this_line("iadd"), 4),  # `b += 1` reaches torch as add_
+    ]
+    assert history[0]["code"] == "b.add_(1)  # @add"
+    assert history[0]["file"] == HERE
+    assert inplace_history(view) == history  # views share the base's history
+    assert [h["line"] for h in inplace_history(plain)] == [this_line("out")]
+    assert source_of(b.grad_fn)["line"] == this_line("iadd")  # the in-place op's own node
+    assert inplace_history(torch.zeros(1)) == []
+
+
+def test_inplace_history_does_not_keep_tensors_alive() -> None:
+    with Provenance():
+        t = torch.zeros(3)
+        t.add_(1)
+    key = id(t)
+    assert key in provenance_inplace._history
+    del t
+    assert key not in provenance_inplace._history
+
+
+def test_optimizer_step_recorded_on_parameters() -> None:
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Provenance():
+        model(torch.randn(3, 2)).sum().backward()
+        optimizer.step()  # @opt
+    history = inplace_history(model.weight)
+    assert history and history[-1]["line"] == this_line("opt")
+
+
+def test_metadata_keys_are_the_contract() -> None:
+    x = torch.randn(2, requires_grad=True)
+    lin = nn.Linear(2, 2)
+    with Provenance():
+        y = lin(x)
+    assert y.grad_fn.metadata[SOURCE_KEY]["line"] == source_of(y.grad_fn)["line"]
+    assert y.grad_fn.metadata[MODULE_KEY] == "lin"
