@@ -1,0 +1,88 @@
+"""``backstep run [options] script.py [args...]``: step through backward passes in a live UI.
+
+This process is the UI (Textual owns the main thread and the terminal); the script runs in a
+child debuggee process. Nothing here imports torch, and textual only once the UI starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from backstep import protocol
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a script and step through its backward passes",
+        description="Run a Python script under the debugger: every backward pass stops at its "
+        "first node and the UI shows the graph, gradients, saved tensors, source and leaves. "
+        "Options go before the script; everything after it is the script's own argv.",
+    )
+    parser.add_argument(
+        "--break", dest="breakpoints", action="append", default=[], metavar="SPEC",
+        help="stop at a condition: MulBackward*, node:GLOB, module:GLOB, leaf:NAME, nonfinite, "
+        "norm:VALUE (repeatable)",
+    )
+    parser.add_argument("--no-stop-at-start", action="store_true",
+                        help="do not stop at the first node of every pass (only at breakpoints)")
+    parser.add_argument("--no-source", action="store_true",
+                        help="do not record the forward source line of each node (faster)")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    parser.set_defaults(handler=main)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
+    except protocol.ProtocolError as exc:
+        print(f"backstep run: {exc}", file=sys.stderr)
+        return 2
+    return launch(args.script, list(args.args), breakpoints=breakpoints,
+                  stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source)
+
+
+def launch(
+    script: str,
+    script_args: list[str],
+    *,
+    breakpoints: Sequence[dict[str, Any]] = (),
+    stop_at_pass_start: bool = True,
+    source: bool = True,
+    narration: str | None = None,
+) -> int:
+    """Open the full-screen UI, run the script in a debuggee, return the script's exit code."""
+    if not os.path.exists(script):
+        print(f"backstep: can't open file {os.path.abspath(script)!r}: "
+              f"[Errno 2] {os.strerror(2)}", file=sys.stderr)
+        return 2
+    story = None
+    if narration is not None:
+        from backstep import narration as narration_module
+
+        try:
+            story = narration_module.load(narration)
+        except ValueError as exc:
+            print(f"backstep: {exc}", file=sys.stderr)
+            return 2
+
+    from backstep.launcher import debuggee_command, exit_status
+    from backstep.tui.app import BackstepApp
+    from backstep.tui.live import LiveLink
+
+    link = LiveLink(debuggee_command(script, script_args, source=source))
+    app = BackstepApp(link, breakpoints=list(breakpoints),
+                      stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
+    try:
+        result = app.run()
+    finally:
+        link.close()  # idempotent: no orphan even if the UI crashed
+    if result is None:
+        return exit_status(link.returncode())
+    return int(result)

@@ -1,0 +1,207 @@
+"""Start the debuggee child and guarantee its end (stdlib only: no torch, no textual).
+
+The child runs the user's script under the engine; the UI process listens on a private socket
+(``transport.Listener``), reads the child's stdout/stderr from pipes with ``os.read`` on the raw
+fds (so C-level writes and partial lines arrive as they happen), and on quit or crash ends it:
+abort, close the socket, SIGTERM to its process group after a grace period, SIGKILL after
+another. The child runs in its own session so a signal for the UI's terminal never reaches it
+half-way and ``killpg`` reaches anything it spawned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from backstep import transport
+
+DEBUGGEE_MODULE = "backstep.engine.debuggee"
+
+OutputCallback = Callable[[str, str], Any]  # (text, "stdout" | "stderr")
+
+
+def debuggee_command(script: str, script_args: list[str], *, source: bool = True,
+                     module: str | None = None) -> list[str]:
+    """The child's argv, as the contract with the debuggee fixes it."""
+    return [sys.executable, "-m", module or DEBUGGEE_MODULE,
+            *([] if source else ["--no-source"]), "--", script, *script_args]
+
+
+class Debuggee:
+    """One debuggee process: its listener, its pipes, its lifecycle."""
+
+    def __init__(self, argv: list[str], on_output: OutputCallback | None = None,
+                 cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.on_output = on_output
+        self.cwd = cwd
+        self.extra_env = env or {}
+        self.listener: transport.Listener | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.channel: transport.Channel | None = None
+        self._pumps: list[threading.Thread] = []
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Listen, then start the child with the socket path and token in its environment."""
+        self.listener = transport.Listener()
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env.update(self.listener.environment())
+        env.setdefault("PYTHONUNBUFFERED", "1")  # the console panel shows output as it happens
+        try:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            self.listener.close()
+            self.listener = None
+            raise
+        assert self.process.stdout is not None and self.process.stderr is not None
+        for name, pipe in (("stdout", self.process.stdout), ("stderr", self.process.stderr)):
+            thread = threading.Thread(target=self._pump, args=(pipe.fileno(), name),
+                                      name=f"backstep-{name}", daemon=True)
+            thread.start()
+            self._pumps.append(thread)
+
+    def _pump(self, fd: int, name: str) -> None:
+        """Forward everything the child writes, as soon as it writes it, until EOF."""
+        decoder_buffer = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            data = decoder_buffer + chunk
+            # keep an incomplete UTF-8 sequence for the next read
+            cut = len(data)
+            for back in range(1, min(4, len(data)) + 1):
+                byte = data[-back]
+                if byte & 0xC0 == 0x80:
+                    continue
+                if byte & 0x80 and back < _utf8_length(byte):
+                    cut = len(data) - back
+                break
+            decoder_buffer = data[cut:]
+            text = data[:cut].decode("utf-8", errors="replace")
+            if text and self.on_output is not None:
+                try:
+                    self.on_output(text, name)
+                except Exception:  # noqa: BLE001 - the pump must keep draining the pipe
+                    pass
+        if decoder_buffer and self.on_output is not None:
+            try:
+                self.on_output(decoder_buffer.decode("utf-8", errors="replace"), name)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def accept(self, timeout: float = 60.0) -> transport.Channel | None:
+        """Wait for the child to connect; None if it died first or never came."""
+        if self.listener is None or self.process is None:
+            return None
+        deadline_step = 0.25
+        waited = 0.0
+        while waited < timeout:
+            channel = self.listener.accept(timeout=deadline_step)
+            if channel is not None:
+                self.channel = channel
+                return channel
+            if self.process.poll() is not None or self._closed:
+                return None
+            waited += deadline_step
+        return None
+
+    def poll(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_output(self, timeout: float = 1.0) -> None:
+        """Let the pumps deliver what the child wrote before it ended."""
+        for thread in self._pumps:
+            thread.join(timeout)
+
+    def close(self, grace: float = 1.0, kill_after: float = 2.0) -> int | None:
+        """End the child for good: abort, hang up, SIGTERM its group, then SIGKILL. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return self.poll()
+            self._closed = True
+        if self.channel is not None:
+            if self.poll() is None:
+                self.channel.send({"cmd": "abort"})
+            # Shut the socket down before closing: Channel.close() closes its reader file first,
+            # which blocks while another thread sits in receive(); the shutdown wakes that
+            # thread (and the debuggee's command reader) with end-of-stream.
+            try:
+                self.channel.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.channel.close()
+        code = self.wait(grace) if self.process is not None else None
+        if self.process is not None and code is None:
+            self._signal(signal.SIGTERM)
+            code = self.wait(kill_after)
+            if code is None:
+                self._signal(signal.SIGKILL)
+                code = self.wait(5.0)
+        self.wait_output(0.5)
+        if self.listener is not None:
+            self.listener.close()
+        return code
+
+    def _signal(self, sig: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.process.send_signal(sig)
+            except (ProcessLookupError, OSError):
+                pass
+
+    def __enter__(self) -> Debuggee:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _utf8_length(first: int) -> int:
+    if first >= 0xF0:
+        return 4
+    if first >= 0xE0:
+        return 3
+    if first >= 0xC0:
+        return 2
+    return 1
+
+
+def exit_status(code: int | None) -> int:
+    """A process status as a shell reports it: 128 + signal for a killed process."""
+    if code is None:
+        return 1
+    return 128 - code if code < 0 else code

@@ -1,0 +1,295 @@
+"""The live stepping UI: one screen of panels over the session's latest snapshot.
+
+The app never blocks on the debuggee: commands go out through a ``Link`` (a socket in real use,
+a recorder in tests) and everything comes back as messages from the reader thread. The app never
+imports torch, so it starts fast and runs where torch is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+
+from backstep.tui.breakpoints import BreakpointDialog, describe
+from backstep.tui.console import ConsolePanel
+from backstep.tui.gradients import GradientsPanel
+from backstep.tui.graph import GraphPanel
+from backstep.tui.help import HelpScreen
+from backstep.tui.leaves import LeavesPanel
+from backstep.tui.messages import (
+    ConsoleOutput,
+    Disconnected,
+    ServerError,
+    SnapshotReady,
+    TensorAnswer,
+)
+from backstep.tui.model import Snapshot, focus
+from backstep.tui.narration_panel import Narration, NarrationPanel
+from backstep.tui.reader import Reader
+from backstep.tui.saved import SavedPanel
+from backstep.tui.source import SourcePanel
+from backstep.tui.status import StatusLine
+from backstep.tui.tensorview import TensorView
+
+
+class Link(Protocol):
+    """The app's way to the debuggee."""
+
+    def open(self, app: BackstepApp) -> None:
+        """Start the debuggee and the reader (called once the app is mounted)."""
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Send one command; False when the debuggee is gone."""
+
+    def close(self) -> None:
+        """End the debuggee's session (the app is quitting)."""
+
+    def returncode(self) -> int | None:
+        """The debuggee process's exit status, once it has ended."""
+
+
+class BackstepApp(App[int]):
+    """``backstep run``'s full-screen UI."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "backstep"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    BINDINGS = [
+        Binding("n", "step", "step"),
+        Binding("c", "resume('continue')", "continue"),
+        Binding("f", "resume('finish')", "finish"),
+        Binding("b", "toggle_break", "break"),
+        Binding("B", "break_dialog", "conditions"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit_session", "quit"),
+        Binding("ctrl+c", "interrupt", "interrupt", priority=True),
+    ]
+
+    def __init__(
+        self,
+        link: Link | None = None,
+        *,
+        breakpoints: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
+        stop_at_pass_start: bool = True,
+        source: bool = True,
+        narration: Narration | None = None,
+    ) -> None:
+        super().__init__()
+        self.link = link
+        self.breakpoints: list[dict[str, Any]] = [dict(bp) for bp in breakpoints]
+        self.stop_at_pass_start = stop_at_pass_start
+        self.source_enabled = source
+        self.narration = narration
+        self.reader = Reader(self.post_message)
+        self.snapshot = Snapshot()
+        self.selected: int | None = None
+        self.waiting = False  # a resume command went out and no stop came back yet
+        self.gone: str | None = None
+        self.exit_code: int | None = None
+        self._next_req = 1
+        self._shown_stop: tuple[int, int] | None = None
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield GraphPanel(id="graph")
+            with Vertical(id="middle"):
+                yield GradientsPanel(id="gradients")
+                yield SavedPanel(id="saved")
+            with Vertical(id="right"):
+                yield SourcePanel(self.source_enabled, id="source")
+                yield LeavesPanel(id="leaves")
+        with Horizontal(id="bottom"):
+            yield ConsolePanel(id="console")
+            if self.narration is not None:
+                yield NarrationPanel(self.narration, id="narration")
+        yield StatusLine(id="status")
+
+    def on_mount(self) -> None:
+        self.query_one("#console-traceback").display = False
+        self.query_one(GraphPanel).focus()
+        self._refresh_all()
+        self.set_interval(0.1, self.reader.flush)
+        if self.link is not None:
+            self.link.open(self)
+
+    def start_message(self) -> dict[str, Any]:
+        """The ``start`` command the link sends once the debuggee says hello."""
+        return {"cmd": "start", "breakpoints": list(self.breakpoints),
+                "stop_at_pass_start": self.stop_at_pass_start}
+
+    # -- incoming -------------------------------------------------------------------------
+
+    @on(SnapshotReady)
+    def _snapshot(self, message: SnapshotReady) -> None:
+        snap = message.snapshot
+        if snap.seq <= self.snapshot.seq:
+            return
+        self.snapshot = snap
+        stop = snap.stop
+        key = (stop.pass_, stop.step) if stop is not None else None
+        if stop is not None and key != self._shown_stop:
+            self._shown_stop = key
+            self.waiting = False
+            self.selected = stop.id
+            graph = self.query_one(GraphPanel)
+            graph.show(snap)
+            graph.reveal(stop.id)
+        else:
+            if snap.exit is not None:
+                self.waiting = False
+            self.query_one(GraphPanel).show(snap)
+        if snap.exit is not None and snap.exit.traceback:
+            self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
+        if self.narration is not None:
+            self.query_one(NarrationPanel).show(snap)
+        self._refresh_details()
+
+    @on(ConsoleOutput)
+    def _console(self, message: ConsoleOutput) -> None:
+        self.query_one(ConsolePanel).write(message.text)
+
+    @on(TensorAnswer)
+    def _tensor(self, message: TensorAnswer) -> None:
+        screen = self.screen
+        if isinstance(screen, TensorView):
+            screen.answer(message.event)
+
+    @on(ServerError)
+    def _server_error(self, message: ServerError) -> None:
+        screen = self.screen
+        if message.req is not None and isinstance(screen, TensorView) and \
+                screen.pending == message.req:
+            screen.error(message.message)
+            return
+        self.query_one(ConsolePanel).note(message.message)
+        self.notify(message.message, severity="error", timeout=4)
+
+    @on(Disconnected)
+    def _disconnected(self, message: Disconnected) -> None:
+        self.waiting = False
+        code = message.returncode
+        if code is None and self.link is not None:
+            code = self.link.returncode()
+        if self.snapshot.exit is None:
+            if code is None:
+                self.gone = "the debuggee closed the connection"
+            elif code < 0:
+                self.gone = f"the debuggee died (signal {-code})"
+            else:
+                self.gone = f"the debuggee ended without reporting (exit status {code})"
+            self.query_one(ConsolePanel).note(self.gone)
+            self.exit_code = code if code is not None and code >= 0 else 1
+        self._refresh_status()
+
+    @on(GraphPanel.NodeChosen)
+    def _chosen(self, message: GraphPanel.NodeChosen) -> None:
+        if message.node != self.selected:
+            self.selected = message.node
+            self._refresh_details()
+
+    @on(GradientsPanel.Open)
+    def _open_tensor(self, message: GradientsPanel.Open) -> None:
+        def request(offset: int, limit: int) -> int | None:
+            if self.snapshot.stop is None or self.waiting:
+                return None
+            req = self._next_req
+            self._next_req += 1
+            ok = self.send({"cmd": "tensor", "req": req, "pass": message.pass_,
+                            "node": message.node, "slot": message.slot, "index": message.index,
+                            "offset": offset, "limit": limit})
+            return req if ok else None
+
+        self.push_screen(TensorView(message.title, request))
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def _refresh_all(self) -> None:
+        self.query_one(GraphPanel).show(self.snapshot)
+        self._refresh_details()
+
+    def _refresh_details(self) -> None:
+        f = focus(self.snapshot, self.selected)
+        self.query_one(GradientsPanel).show(f)
+        self.query_one(SavedPanel).show(f)
+        self.query_one(SourcePanel).show(f)
+        self.query_one(LeavesPanel).show(self.snapshot)
+        self._refresh_status()
+
+    def _refresh_status(self) -> None:
+        self.query_one(StatusLine).show(self.snapshot, waiting=self.waiting, gone=self.gone,
+                                        breakpoints=len(self.breakpoints))
+
+    # -- commands -------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> bool:
+        if self.link is None:
+            return False
+        return self.link.send(message)
+
+    def _paused(self) -> bool:
+        if self.snapshot.stop is not None and not self.waiting and self.gone is None:
+            return True
+        if self.snapshot.exit is not None:
+            self.notify("the script has exited; q quits", timeout=2)
+        else:
+            self.notify("not paused: ctrl+c stops at the next node", timeout=2)
+        return False
+
+    def action_step(self) -> None:
+        self.action_resume("step")
+
+    def action_resume(self, command: str) -> None:
+        if not self._paused():
+            return
+        if self.send({"cmd": command}):
+            self.waiting = True
+            self._refresh_status()
+
+    def action_interrupt(self) -> None:
+        if self.snapshot.exit is None and self.gone is None:
+            self.send({"cmd": "interrupt"})
+            self.notify("interrupt: stopping at the next node", timeout=2)
+
+    def action_toggle_break(self) -> None:
+        f = focus(self.snapshot, self.selected)
+        if f.info is None:
+            self.notify("select a node first", timeout=2)
+            return
+        bp = {"kind": "node", "pattern": f.info.name}
+        if bp in self.breakpoints:
+            self.breakpoints.remove(bp)
+            self.notify(f"breakpoint removed: {describe(bp)}", timeout=2)
+        else:
+            self.breakpoints.append(bp)
+            self.notify(f"breakpoint set: {describe(bp)}", timeout=2)
+        self._send_breakpoints()
+
+    def action_break_dialog(self) -> None:
+        def done(result: list[dict[str, Any]] | None) -> None:
+            if result is not None and result != self.breakpoints:
+                self.breakpoints = result
+                self._send_breakpoints()
+
+        self.push_screen(BreakpointDialog(self.breakpoints), done)
+
+    def _send_breakpoints(self) -> None:
+        self.send({"cmd": "break", "breakpoints": list(self.breakpoints)})
+        self._refresh_status()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_quit_session(self) -> None:
+        code = self.snapshot.exit.code if self.snapshot.exit is not None else self.exit_code
+        if self.link is not None:
+            self.link.close()
+            if code is None:
+                status = self.link.returncode()
+                code = 128 - status if status is not None and status < 0 else status
+        self.exit(code if code is not None else 0)

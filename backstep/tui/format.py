@@ -1,0 +1,151 @@
+"""Rich text for tensor summaries, sizes and bars, shared by the panels (no textual, no torch)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich.text import Text
+
+from backstep.tui.model import NodeState, Summary, is_nonfinite, number
+
+SPARKS = "▁▂▃▄▅▆▇█"
+GLYPHS: dict[NodeState, tuple[str, str]] = {
+    "done": ("✓", "green"),
+    "current": ("➜", "bold yellow"),
+    "pending": ("·", "dim"),
+    "skipped": ("⊘", "dim"),
+    "error": ("✗", "bold red"),
+}
+
+
+def num(value: Any) -> Text:
+    """One number, compact; NaN/Inf in red."""
+    if is_nonfinite(value):
+        return Text(str(value), style="bold red")
+    x = number(value)
+    if x is None:
+        return Text("—", style="dim")
+    if x == int(x) and abs(x) < 1e6:
+        return Text(f"{int(x)}" if abs(x) >= 1 or x == 0 else f"{x:.4g}")
+    return Text(f"{x:.4g}")
+
+
+def shape_text(shape: Any) -> str:
+    if not isinstance(shape, (list, tuple)):
+        return "?"
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def nbytes(size: int) -> str:
+    """Bytes as a short human size."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def sparkline(values: Sequence[float], width: int = 16) -> Text:
+    """A histogram of finite values as one line of block characters."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return Text("")
+    lo, hi = min(finite), max(finite)
+    bins = [0] * width
+    for v in finite:
+        i = 0 if hi == lo else min(width - 1, int((v - lo) / (hi - lo) * width))
+        bins[i] += 1
+    top = max(bins)
+    chars = "".join(SPARKS[min(7, (b * 8 - 1) // top)] if b else " " for b in bins)
+    return Text(chars, style="cyan")
+
+
+def histogram(summary: Summary) -> Text:
+    """The sparkline for a summary: its ``hist`` counts if the engine sent them, else its values."""
+    hist = summary.get("hist")
+    if isinstance(hist, list) and hist and all(isinstance(h, int) for h in hist):
+        top = max(hist) or 1
+        return Text("".join(SPARKS[min(7, (h * 8 - 1) // top)] if h else " " for h in hist),
+                    style="cyan")
+    values = summary.get("values")
+    if isinstance(values, list) and len(values) > 1:
+        floats = [number(v) for v in values]
+        return sparkline([v for v in floats if v is not None])
+    return Text("")
+
+
+def summary_line(summary: Summary | None) -> Text:
+    """``[2, 3] float32 cpu  min .. max .. mean .. norm ..  2 NaN/Inf``."""
+    if summary is None:
+        return Text("None (no gradient)", style="dim italic")
+    text = Text()
+    text.append(shape_text(summary.get("shape")), style="bold")
+    text.append(f" {summary.get('dtype', '?')} {summary.get('device', '?')}", style="dim")
+    values = summary.get("values")
+    if isinstance(values, list) and len(values) == 1:
+        text.append("  value ", style="dim")
+        text.append_text(num(values[0]))
+    else:
+        for key in ("min", "max", "mean", "norm"):
+            text.append(f"  {key} ", style="dim")
+            text.append_text(num(summary.get(key)))
+    bad = summary.get("nonfinite")
+    if isinstance(bad, int) and bad:
+        text.append(f"  {bad} NaN/Inf", style="bold white on red")
+    return text
+
+
+def values_text(summary: Summary | None, limit: int = 16) -> Text | None:
+    """The values of a small tensor, if the summary carries them."""
+    if summary is None:
+        return None
+    values = summary.get("values")
+    if not isinstance(values, list):
+        return None
+    text = Text("= ", style="dim")
+    for i, v in enumerate(values[:limit]):
+        if i:
+            text.append(", ")
+        text.append_text(num(v))
+    if len(values) > limit:
+        text.append(", …", style="dim")
+    return text
+
+
+def bar_chart(norms: Mapping[str, float], width: int = 24, names: Iterable[str] | None = None) -> Text:
+    """Horizontal bars of gradient norm per parameter; log scale when they span decades."""
+    items = [(n, norms[n]) for n in (names if names is not None else norms) if n in norms]
+    if not items:
+        return Text("no leaf gradients yet", style="dim")
+    finite = [v for _, v in items if math.isfinite(v) and v > 0]
+    log = bool(finite) and max(finite) / min(finite) > 100
+    top = max(finite, default=1.0)
+    low = min(finite, default=1.0)
+    label_width = min(24, max(len(n) for n, _ in items))
+    text = Text()
+    if log:
+        text.append("log scale\n", style="dim")
+    for name, value in items:
+        text.append(name[-label_width:].ljust(label_width) + " ")
+        if not math.isfinite(value):
+            text.append("NaN/Inf".ljust(width), style="bold white on red")
+        else:
+            if value <= 0:
+                frac = 0.0
+            elif log:
+                span = math.log10(top) - math.log10(low)
+                frac = 0.05 + 0.95 * (math.log10(value) - math.log10(low)) / span if span else 1.0
+            else:
+                frac = value / top if top else 0.0
+            cells = frac * width
+            full = int(cells)
+            partial = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < width else ""
+            text.append(("█" * full + partial.strip()).ljust(width), style="magenta")
+        text.append(" ")
+        text.append_text(num(value))
+        text.append("\n")
+    text.rstrip()
+    return text

@@ -1,0 +1,101 @@
+"""The gradients panel: what flows into the node and, once it ran, what flows out and where.
+
+Each gradient is one option; Enter on it asks the app to open the tensor view, which fetches the
+values from the debuggee on demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Group
+from rich.text import Text
+from textual import on
+from textual.message import Message
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from backstep.tui.format import histogram, summary_line, values_text
+from backstep.tui.model import Focus, Summary
+
+
+class GradientsPanel(OptionList):
+    """Incoming gradients (grad_outputs) and outgoing ones (grad_inputs, with their targets)."""
+
+    @dataclass
+    class Open(Message):
+        """Open the tensor view on one gradient."""
+
+        pass_: int
+        node: int
+        slot: str
+        index: int
+        title: str
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Gradients"
+        self._focus: Focus | None = None
+
+    def show(self, focus: Focus) -> None:
+        self._focus = focus
+        self.clear_options()
+        if focus.info is None:
+            self.add_option(Option(Text("no node selected", style="dim"), disabled=True))
+            return
+        self.border_title = f"Gradients · {focus.info.name} #{focus.node}"
+        options: list[Option] = [Option(Text("incoming  (grad_outputs)", style="bold"),
+                                        disabled=True)]
+        outputs = focus.grad_outputs
+        if outputs is None:
+            options.append(Option(Text("not reached yet", style="dim italic"), disabled=True))
+        else:
+            for i, summary in enumerate(outputs):
+                options.append(self._option("grad_outputs", i, f"grad_output[{i}]", summary))
+        options.append(Option(Text("outgoing  (grad_inputs)", style="bold"), disabled=True))
+        record = focus.record
+        if record is None:
+            msg = "runs next" if focus.state == "current" else "has not run"
+            if focus.state == "skipped":
+                msg = "skipped: this pass never ran it"
+            options.append(Option(Text(msg, style="dim italic"), disabled=True))
+        elif record.error:
+            options.append(Option(Text(f"raised: {record.error}", style="bold red"), disabled=True))
+        elif record.grad_inputs is not None:
+            graph = focus.snapshot.pass_.graph if focus.snapshot.pass_ else None
+            for i, summary in enumerate(record.grad_inputs):
+                target = focus.info.next[i] if i < len(focus.info.next) else None
+                if target is not None and graph is not None and target in graph.nodes:
+                    node = graph.nodes[target]
+                    dest = f"→ {node.name}" + (f" ({node.leaf})" if node.leaf else "") + f" #{target}"
+                else:
+                    dest = "→ (input needs no grad)"
+                options.append(self._option("grad_inputs", i, f"grad_input[{i}] {dest}", summary))
+        self.add_options(options)
+
+    def _option(self, slot: str, index: int, title: str, summary: Summary | None) -> Option:
+        parts: list[Text] = [Text(title, style="cyan"), Text("  ").append_text(summary_line(summary))]
+        if summary is not None:
+            values = values_text(summary)
+            spark = histogram(summary)
+            extra = Text("  ")
+            if values is not None and len(summary.get("values") or ()) > 1:
+                extra.append_text(values)
+            if spark.plain.strip():
+                extra.append("  ").append_text(spark)
+            if extra.plain.strip():
+                parts.append(extra)
+        return Option(Group(*parts), id=f"{slot}:{index}", disabled=summary is None)
+
+    @on(OptionList.OptionSelected)
+    def _open(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        focus = self._focus
+        if focus is None or focus.node is None or focus.snapshot.pass_ is None:
+            return
+        slot, _, index = (event.option.id or "").partition(":")
+        if slot not in ("grad_outputs", "grad_inputs"):
+            return
+        name = focus.info.name if focus.info else "?"
+        self.post_message(self.Open(focus.snapshot.pass_.number, focus.node, slot, int(index),
+                                    f"{name} #{focus.node} {slot}[{index}]"))

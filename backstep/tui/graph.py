@@ -1,0 +1,163 @@
+"""The graph panel: the pass's grad_fn graph as a shallow, lazily built Tree.
+
+``GraphLayout`` decides the shape (heavy paths, chunks, links); this widget only materialises
+the containers someone opens and keeps the labels' status glyphs in step with the snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on
+from textual.message import Message
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from backstep.tui.format import GLYPHS
+from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
+from backstep.tui.model import PassView, Snapshot
+
+
+class GraphPanel(Tree[Row]):
+    """Every node of the pass once, with a done / current / pending / skipped glyph."""
+
+    @dataclass
+    class NodeChosen(Message):
+        """The person moved the cursor onto a node (or a link to one)."""
+
+        node: int
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("graph", **kwargs)  # type: ignore[arg-type]
+        self.show_root = False
+        self.guide_depth = 2
+        self.border_title = "Graph"
+        self.layout_: GraphLayout | None = None
+        self._view: PassView | None = None
+        self._current: int | None = None
+        self._rows: dict[int, TreeNode[Row]] = {}
+        self._containers: dict[Key, TreeNode[Row] | None] = {}
+        self._loaded: set[Key] = set()
+
+    # -- building -------------------------------------------------------------------------
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Bring the tree up to date with a snapshot (rebuilds only when the pass changes)."""
+        view = snapshot.pass_
+        if view is None:
+            return
+        previous = self._view
+        old_current = self._current
+        self._current = snapshot.current
+        self._view = view
+        if previous is None or previous.number != view.number or previous.graph is not view.graph:
+            self._rebuild(view)
+            return
+        changed: set[int] = set(view.executed()[previous.done :])
+        changed.update(i for i in (old_current, self._current) if i is not None)
+        if view.ended and not previous.ended:
+            changed = set(self._rows)
+        for node_id in changed:
+            tree_node = self._rows.get(node_id)
+            if tree_node is not None:
+                tree_node.set_label(self._label(tree_node.data))
+
+    def _rebuild(self, view: PassView) -> None:
+        self.clear()
+        self.layout_ = GraphLayout(view.graph)
+        self._rows.clear()
+        self._containers = {TOP: None}
+        self._loaded.clear()
+        n = len(view.graph.nodes)
+        self.border_title = f"Graph · pass {view.number} · {n} node{'s' if n != 1 else ''}"
+        self._load(TOP)
+
+    def _load(self, key: Key) -> None:
+        """Add a container's rows the first time it is opened."""
+        if key in self._loaded or self.layout_ is None:
+            return
+        parent = self._containers.get(key) if key != TOP else self.root
+        if parent is None:
+            return
+        self._loaded.add(key)
+        for row in self.layout_.rows(key):
+            label = self._label(row)
+            if row.key is None:
+                child = parent.add_leaf(label, row)
+            else:
+                child = parent.add(label, row)
+                self._containers[row.key] = child
+            if row.kind == "node":
+                self._rows[row.node] = child
+
+    def _label(self, row: Row | None) -> Text:
+        if row is None or self._view is None:
+            return Text("")
+        info = self._view.graph.nodes.get(row.node)
+        name = info.name if info else "?"
+        if row.kind == "link":
+            return Text.assemble(("↪ ", "cyan"), (name, "cyan"), (f" #{row.node}", "dim"))
+        if row.kind == "path":
+            return Text.assemble(("⑂ ", "blue"), (name, ""), (f"  +{row.count - 1} more", "dim"))
+        if row.kind == "chunk":
+            assert self.layout_ is not None
+            head = self.layout_.head[row.node]
+            first = self.layout_.position[row.node] + 1
+            last_name = self._view.graph.nodes[row.last].name if row.last is not None else "?"
+            return Text.assemble(
+                ("⋯ ", "blue"),
+                (f"{first}–{first + row.count - 1} ", "dim"),
+                (f"{name} … {last_name}", ""),
+                (f"  of {len(self.layout_.paths[head])}", "dim"),
+            )
+        state = self._view.state(row.node, self._current)
+        glyph, style = GLYPHS[state]
+        text = Text.assemble((glyph + " ", style))
+        text.append(name, style="bold reverse" if state == "current" else "")
+        if info is not None and info.leaf:
+            text.append(f" {info.leaf}", style="green")
+        text.append(f" #{row.node}", style="dim")
+        if info is not None and info.module:
+            text.append(f" {info.module}", style="dim cyan")
+        if info is not None and info.source and isinstance(info.source.get("line"), int):
+            text.append(f" :{info.source['line']}", style="dim")
+        return text
+
+    # -- navigation -----------------------------------------------------------------------
+
+    def reveal(self, node_id: int, move: bool = True) -> None:
+        """Open what hides the node's row and, by default, put the cursor on it."""
+        if self.layout_ is None or node_id not in self.layout_.head:
+            return
+        for key in self.layout_.reveal(node_id):
+            self._load(key)
+            container = self._containers.get(key)
+            if container is not None and not container.is_expanded:
+                container.expand()
+        row = self._rows.get(node_id)
+        if row is not None and move:
+            self._tree_lines  # noqa: B018 - rebuild line numbers so the cursor lands right
+            self.move_cursor(row)
+            self.scroll_to_node(row, animate=False)
+
+    @on(Tree.NodeExpanded)
+    def _expanded(self, event: Tree.NodeExpanded[Row]) -> None:
+        row = event.node.data
+        if row is not None and row.key is not None:
+            self._load(row.key)
+
+    @on(Tree.NodeHighlighted)
+    def _highlighted(self, event: Tree.NodeHighlighted[Row]) -> None:
+        event.stop()
+        row = event.node.data
+        if row is not None and row.kind in ("node", "link"):
+            self.post_message(self.NodeChosen(row.node))
+
+    @on(Tree.NodeSelected)
+    def _selected(self, event: Tree.NodeSelected[Row]) -> None:
+        event.stop()
+        row = event.node.data
+        if row is not None and row.kind == "link":
+            self.reveal(row.node)
+            self.post_message(self.NodeChosen(row.node))

@@ -1,0 +1,49 @@
+"""The help screen: the keys, pdb-style."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("n", "step: run the paused node, stop before the next one"),
+    ("c", "continue to the next breakpoint or the next pass start"),
+    ("f", "finish the current pass without stopping"),
+    ("b", "toggle a breakpoint on the selected node's type"),
+    ("B", "breakpoint conditions: node glob, module glob, leaf, non-finite, norm above"),
+    ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
+    ("tab", "move between panels; arrows move in the graph"),
+    ("ctrl+c", "interrupt: stop at the next node while the script runs"),
+    ("?", "this help"),
+    ("q", "quit: end the script and leave"),
+)
+
+
+def keys_table() -> Table:
+    table = Table(box=None, padding=(0, 2), show_header=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for key, what in KEYS:
+        table.add_row(key, what)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal list of the keys; any of escape, q or ? closes it."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "close"),
+        Binding("q", "dismiss", "close"),
+        Binding("question_mark", "dismiss", "close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static("backstep — keys", id="help-title")
+            yield Static(keys_table())
+            yield Static("escape closes", classes="dim-hint")
+

@@ -1,0 +1,98 @@
+"""The reader thread: protocol events in, snapshot messages out.
+
+Modelled on memray's live mode: one thread blocks on the socket, folds each event into the
+``SessionModel`` and posts immutable snapshots to the app. While the debuggee runs freely it can
+send thousands of ``node`` events a second, so snapshots are coalesced: one at once for events
+that change what a person acts on (a stop, a pass boundary, the exit), otherwise at most one per
+``interval``; ``flush()`` (called from an app timer) publishes whatever is left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from textual.message import Message
+
+from backstep import protocol
+from backstep.tui.messages import ServerError, SnapshotReady, TensorAnswer
+from backstep.tui.model import SessionModel
+
+URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis"})
+
+
+class EventSource(Protocol):
+    def receive(self) -> dict[str, Any] | None: ...
+
+
+class Reader:
+    """Owns the session model; safe to feed from one thread and flush from another."""
+
+    def __init__(self, post: Callable[[Message], Any], interval: float = 0.05) -> None:
+        self.post = post
+        self.interval = interval
+        self.model = SessionModel()
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._last_post = 0.0
+        self.thread: threading.Thread | None = None
+
+    def feed(self, event: dict[str, Any]) -> None:
+        """Apply one event and post what the UI needs to see."""
+        kind = event.get("event")
+        if kind == "tensor":
+            self.post(TensorAnswer(event))
+            return
+        if kind == "error":
+            req = event.get("req")
+            self.post(ServerError(str(event.get("message", "error")),
+                                  req if isinstance(req, int) else None))
+            return
+        with self._lock:
+            changed = self.model.apply(event)
+            if not changed:
+                return
+            now = time.monotonic()
+            if kind in URGENT or now - self._last_post >= self.interval:
+                self._publish(now)
+            else:
+                self._dirty = True
+
+    def flush(self) -> None:
+        """Publish a pending snapshot, if any (the app calls this on a timer)."""
+        with self._lock:
+            if self._dirty:
+                self._publish(time.monotonic())
+
+    def _publish(self, now: float) -> None:
+        self._dirty = False
+        self._last_post = now
+        self.post(SnapshotReady(self.model.snapshot()))
+
+    def run(self, source: EventSource) -> None:
+        """Read until the stream ends; garbage is reported, never fatal. The caller posts
+        ``Disconnected`` once it knows how the debuggee ended."""
+        while True:
+            try:
+                event = source.receive()
+            except protocol.ProtocolError as exc:
+                self.post(ServerError(f"unreadable message from the debuggee: {exc}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - the reader must never die silently
+                self.post(ServerError(f"event stream failed: {exc!r}"))
+                break
+            if event is None:
+                break
+            try:
+                self.feed(event)
+            except Exception as exc:  # noqa: BLE001
+                self.post(ServerError(f"could not show event {event.get('event')!r}: {exc!r}"))
+        self.flush()
+
+    def start(self, source: EventSource) -> threading.Thread:
+        self.thread = threading.Thread(target=self.run, args=(source,), name="backstep-reader",
+                                       daemon=True)
+        self.thread.start()
+        return self.thread

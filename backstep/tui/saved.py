@@ -1,0 +1,66 @@
+"""The saved-tensors panel: what the node kept from the forward pass, and the pass's totals."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from backstep.tui.format import nbytes, shape_text
+from backstep.tui.model import Focus, SavedInfo
+
+STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
+
+
+def status_text(item: SavedInfo) -> Text:
+    text = Text(item.status, style=STATUS_STYLE.get(item.status, ""))
+    if item.version_saved is not None and item.version_now is not None and (
+        item.status == "modified" or item.version_now != item.version_saved
+    ):
+        text.append(f" (v{item.version_saved}→v{item.version_now})", style="red")
+    return text
+
+
+class SavedPanel(Static):
+    """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.border_title = "Saved tensors"
+
+    def show(self, focus: Focus) -> None:
+        parts: list[Table | Text] = []
+        saved = focus.saved
+        if focus.info is None:
+            parts.append(Text("no node selected", style="dim"))
+        elif saved is None:
+            parts.append(Text("not reached yet: saved tensors are read when the pass gets here",
+                              style="dim italic"))
+        elif not saved:
+            parts.append(Text("this node saved nothing", style="dim"))
+        else:
+            table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
+            for column in ("name", "shape", "dtype", "bytes", "status"):
+                table.add_column(column, style="bold" if column == "name" else "",
+                                 no_wrap=True, header_style="dim")
+            for item in saved:
+                scalar = item.shape is None and item.dtype is None
+                table.add_row(
+                    item.name,
+                    "scalar" if scalar else shape_text(item.shape),
+                    item.dtype or "",
+                    "" if scalar else nbytes(item.bytes),
+                    status_text(item),
+                )
+            parts.append(table)
+        view = focus.snapshot.pass_
+        if view is not None:
+            held, freed = view.saved_totals()
+            line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
+                                 ("  held ", "dim"), (nbytes(held), "green"),
+                                 ("  freed ", "dim"), (nbytes(freed), ""))
+            if view.retain_graph:
+                line.append("  (retain_graph: nothing is freed)", style="dim")
+            parts.append(line)
+        self.update(Group(*parts))

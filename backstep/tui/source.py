@@ -1,0 +1,53 @@
+"""The source panel: the forward line that created the node, with context, highlighted."""
+
+from __future__ import annotations
+
+import linecache
+import os
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.widgets import Static
+
+from backstep.tui.model import Focus
+
+CONTEXT = 4
+
+
+class SourcePanel(Static):
+    """Reads the file named by the node's ``source`` and shows the line in pygments colours."""
+
+    def __init__(self, source_enabled: bool = True, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.border_title = "Source"
+        self.source_enabled = source_enabled
+        self._shown: tuple[str, int] | None = None
+
+    def show(self, focus: Focus) -> None:
+        source = focus.info.source if focus.info is not None else None
+        file = source.get("file") if source else None
+        line = source.get("line") if source else None
+        if not isinstance(file, str) or not isinstance(line, int):
+            self._shown = None
+            self.border_title = "Source"
+            why = "" if self.source_enabled else " (--no-source)"
+            self.update(Text(f"no source recorded{why}", style="dim italic"))
+            return
+        if self._shown == (file, line):
+            return
+        self._shown = (file, line)
+        self.border_title = f"Source · {os.path.basename(file)}:{line}"
+        lines = linecache.getlines(file)
+        if not lines or line > len(lines):
+            code = source.get("code") if source else None
+            self.update(Syntax(code or "", "python", line_numbers=True, start_line=line,
+                               highlight_lines={line}, theme="ansi_dark",
+                               background_color="default", word_wrap=False)
+                        if code else Text(f"{file}:{line} (file not readable)", style="dim"))
+            return
+        start = max(1, line - CONTEXT)
+        end = min(len(lines), line + CONTEXT)
+        code = "".join(lines[start - 1 : end])
+        self.update(Syntax(code, "python", line_numbers=True, start_line=start,
+                           highlight_lines={line}, theme="ansi_dark",
+                           background_color="default", word_wrap=False))

@@ -1,0 +1,73 @@
+"""The status line: where the pass is, why it stopped, and the keys."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from backstep.tui.model import Snapshot
+
+REASONS = {
+    "pass_start": "start of pass",
+    "step": "step",
+    "breakpoint": "breakpoint",
+    "interrupt": "interrupted",
+    "nonfinite": "non-finite gradient",
+    "norm": "gradient norm",
+}
+HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B", "conditions"),
+         ("?", "help"), ("q", "quit"))
+
+
+def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
+                breakpoints: int) -> Text:
+    text = Text()
+    view = snapshot.pass_
+    if view is not None:
+        text.append(f" pass {view.number} ", style="bold reverse")
+        text.append(f" {view.api}", style="bold")
+        if view.retain_graph:
+            text.append(" retain_graph", style="yellow")
+        if view.create_graph:
+            text.append(" create_graph", style="yellow")
+        total = len(view.graph.nodes)
+        stop = snapshot.stop
+        step = stop.step if stop is not None and stop.pass_ == view.number else view.done
+        text.append(f"  step {step} of {total}")
+    if gone is not None:
+        text.append(f"  {gone}", style="bold red")
+    elif snapshot.exit is not None:
+        code = snapshot.exit.code
+        text.append(f"  script exited with code {code}",
+                    style="bold green" if code == 0 else "bold red")
+        text.append(" — q to quit", style="dim")
+    elif snapshot.stop is not None and not waiting:
+        stop = snapshot.stop
+        text.append("  stopped: ", style="dim")
+        text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
+        if stop.detail:
+            text.append(f" ({stop.detail})", style="yellow")
+        text.append(f" before {stop.name} #{stop.id}")
+    elif view is not None and view.ended:
+        text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
+        if view.error:
+            text.append(f": {view.error}", style="red")
+    elif snapshot.session is None:
+        text.append(" starting the script…", style="dim")
+    else:
+        text.append("  running… (ctrl+c stops at the next node)", style="dim")
+    if breakpoints:
+        text.append(f"  ●{breakpoints}", style="red")
+    text.append("   ")
+    for key, what in HINTS:
+        text.append(f" {key}", style="bold cyan")
+        text.append(f" {what}", style="dim")
+    return text
+
+
+class StatusLine(Static):
+    """One line at the bottom of the screen."""
+
+    def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
+             breakpoints: int) -> None:
+        self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints))

@@ -1,0 +1,246 @@
+"""End to end: the real ``backstep run`` in a pseudo-terminal, driven by keys, read off the screen."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a pty"),
+    pytest.mark.skipif(importlib.util.find_spec("backstep.engine.debuggee") is None,
+                       reason="the debuggee is not built in this copy"),
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
+]
+
+ROWS, COLS = 42, 140
+TOKENS = re.compile(rb"\x1b\[([0-9;?]*)([ -/]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|"
+                    rb"[\r\n\b]|[^\x1b\r\n\b]+")
+
+SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+    x = torch.tensor(2.0, requires_grad=True)
+    y = torch.tensor(3.0, requires_grad=True)
+    out = (x*y + x)**2
+    out.backward()
+    print(x.grad, y.grad)
+    """
+)
+
+
+def incomplete_utf8_tail(data: bytes) -> int:
+    """How many bytes at the end start a UTF-8 character that is not complete yet."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue
+        need = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
+        return back if need > back else 0
+    return 0
+
+
+class Screen:
+    """Just enough of a terminal for Textual's output: cursor moves, text, SGR ignored."""
+
+    def __init__(self, rows: int = ROWS, cols: int = COLS) -> None:
+        self.rows, self.cols = rows, cols
+        self.grid = [[" "] * cols for _ in range(rows)]
+        self.y = self.x = 0
+        self.pending = b""
+
+    def feed(self, data: bytes) -> None:
+        data = self.pending + data
+        self.pending = b""
+        pos = 0
+        for match in TOKENS.finditer(data):
+            pos = match.end()
+            token = match.group(0)
+            if token.startswith(b"\x1b["):
+                if match.group(3) == b"H":
+                    parts = [int(p or 1) for p in match.group(1).split(b";")] if match.group(1) else [1, 1]
+                    self.y = min(self.rows - 1, parts[0] - 1)
+                    self.x = min(self.cols - 1, (parts[1] if len(parts) > 1 else 1) - 1)
+            elif token == b"\r":
+                self.x = 0
+            elif token == b"\n":
+                self.y = min(self.rows - 1, self.y + 1)
+            elif token.startswith(b"\x1b") or token == b"\b":
+                continue
+            else:
+                if match.end() == len(data):
+                    cut = incomplete_utf8_tail(token)
+                    if cut:
+                        self.pending, token = token[-cut:], token[:-cut]
+                        pos = len(data)
+                for ch in token.decode("utf-8", errors="replace"):
+                    if self.x < self.cols:
+                        self.grid[self.y][self.x] = ch
+                    self.x += 1
+        self.pending = self.pending or data[pos:]
+
+    def text(self) -> str:
+        return "\n".join("".join(row).rstrip() for row in self.grid)
+
+
+class Pty:
+    """``backstep run`` on a 140x42 pseudo-terminal."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: become the UI
+            os.chdir(cwd)
+            os.environ["TERM"] = "xterm-256color"
+            os.environ["COLUMNS"], os.environ["LINES"] = str(COLS), str(ROWS)
+            os.execv(sys.executable, [sys.executable, *argv])
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+        self.screen = Screen()
+        self.raw = b""
+        self.status: int | None = None
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            ready, _, _ = select.select([self.fd], [], [], 0.05)
+            if ready:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.raw += data
+                self.screen.feed(data)
+
+    def expect(self, pattern: str, timeout: float = 60.0) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.pump(0.1)
+            text = self.screen.text()
+            if re.search(pattern, text):
+                return text
+        raise AssertionError(f"{pattern!r} never appeared; screen:\n{self.screen.text()}")
+
+    def press(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def wait(self, timeout: float = 20.0) -> int | None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                return self.status
+            self.pump(0.1)
+        return None
+
+    def kill(self) -> None:
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    return [int(a) for a, b in (line.split() for line in out.splitlines()) if int(b) == pid]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def run_ui(tmp_path: Path):
+    sessions: list[Pty] = []
+
+    def start(*args: str) -> Pty:
+        (tmp_path / "example.py").write_text(SCRIPT)
+        session = Pty(["-m", "backstep", "run", *args], tmp_path)
+        sessions.append(session)
+        return session
+
+    yield start
+    for session in sessions:
+        session.kill()
+
+
+def row_with(text: str, *words: str) -> str | None:
+    for line in text.splitlines():
+        if all(re.search(w, line) for w in words):
+            return line
+    return None
+
+
+def test_steps_through_the_example_and_quits_cleanly(run_ui) -> None:
+    ui = run_ui("example.py")
+    screen = ui.expect(r"stopped: start of pass before PowBackward0")
+    assert "➜ PowBackward0" in screen
+    debuggees = children_of(ui.pid)
+    assert len(debuggees) == 1
+    maps = Path(f"/proc/{ui.pid}/maps").read_text()
+    assert "libtorch" not in maps and "torch/_C" not in maps, "the UI process loaded torch"
+
+    ui.press("n")
+    ui.expect(r"before AddBackward0")
+    ui.press("n")
+    screen = ui.expect(r"before MulBackward0")
+    assert "➜ MulBackward0" in screen and "✓ AddBackward0" in screen
+
+    ui.press("c")
+    screen = ui.expect(r"script exited with code 0")
+    screen = ui.expect(r"tensor\(64\.\) tensor\(32\.\)")  # the script's own print, in the console
+    assert row_with(screen, r"│ x\b", r"\b64\b"), screen
+    assert row_with(screen, r"│ y\b", r"\b32\b"), screen
+
+    ui.press("q")
+    assert ui.wait() == 0
+    time.sleep(0.2)
+    assert not any(alive(pid) for pid in debuggees), "the debuggee outlived the UI"
+
+
+def test_quit_in_the_middle_of_a_pass_leaves_no_orphan(run_ui) -> None:
+    ui = run_ui("example.py")
+    ui.expect(r"before PowBackward0")
+    debuggees = children_of(ui.pid)
+    ui.press("q")
+    assert ui.wait() is not None
+    time.sleep(0.2)
+    assert debuggees and not any(alive(pid) for pid in debuggees)
+
+
+def test_missing_script_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "backstep", "run", "nope.py", "--flag"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "can't open file" in lines[0] and "nope.py" in lines[0]

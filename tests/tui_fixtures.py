@@ -1,0 +1,235 @@
+"""Realistic event streams for UI tests and benchmarks (no torch).
+
+``example_events()`` is what the engine sends for ``out = (x*y + x)**2`` with x=2, y=3, stepping
+through every node: PowBackward0 -> AddBackward0 -> MulBackward0 -> AccumulateGrad x, y.
+x.grad = 2*(x*y+x)*(y+1) = 64 and y.grad = 2*(x*y+x)*x = 32.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+from backstep.tui.app import BackstepApp
+
+
+def example_script() -> None:  # pragma: no cover - the source lines the fixture events point at
+    import torch
+
+    x = torch.tensor(2.0, requires_grad=True)
+    y = torch.tensor(3.0, requires_grad=True)
+    out = (x * y + x) ** 2
+    out.backward()
+    print(x.grad, y.grad)
+
+
+_LINES, _FIRST = inspect.getsourcelines(example_script)
+SOURCE_FILE = inspect.getsourcefile(example_script) or __file__
+OUT_LINE = _FIRST + next(i for i, line in enumerate(_LINES) if "out = (x * y + x)" in line)
+SOURCE = {"file": SOURCE_FILE, "line": OUT_LINE, "code": "out = (x * y + x) ** 2"}
+
+POW, ADD, MUL, ACC_X, ACC_Y = 1, 2, 3, 4, 5
+
+
+def summary(values: list[float], shape: list[int] | None = None) -> dict[str, Any]:
+    """A tensor summary as the engine writes it."""
+    shape = [] if shape is None and len(values) == 1 else (shape or [len(values)])
+    finite = [v for v in values if math.isfinite(v)]
+
+    def clean(x: float) -> float | str:
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+
+    out: dict[str, Any] = {
+        "shape": shape,
+        "dtype": "float32",
+        "device": "cpu",
+        "min": clean(min(values)) if finite == values else "nan",
+        "max": clean(max(values)) if finite == values else "nan",
+        "mean": clean(sum(values) / len(values)) if finite == values else "nan",
+        "norm": clean(math.sqrt(sum(v * v for v in values))) if finite == values else "nan",
+        "nonfinite": len(values) - len(finite),
+    }
+    if len(values) <= 16:
+        out["values"] = [clean(v) for v in values]
+    return out
+
+
+def saved(name: str, shape: list[int] | None = None, status: str = "alive",
+          size: int = 4, version: tuple[int, int] | None = (0, 0)) -> dict[str, Any]:
+    scalar = shape is None
+    return {"name": name, "status": status, "shape": None if scalar else shape,
+            "dtype": None if scalar else "float32", "bytes": 0 if scalar else size,
+            "version": None if version is None else {"saved": version[0], "now": version[1]}}
+
+
+def pass_begin(number: int = 1) -> dict[str, Any]:
+    def node(i: int, name: str, nxt: list[int | None], leaf: str | None = None) -> dict[str, Any]:
+        return {"id": i, "name": name, "next": nxt, "leaf": leaf,
+                "source": None if leaf else SOURCE, "module": None}
+
+    return {
+        "event": "pass_begin", "pass": number, "parent": None, "api": "backward",
+        "retain_graph": False, "create_graph": False, "roots": [POW], "inputs": None,
+        "nodes": [
+            node(POW, "PowBackward0", [ADD]),
+            node(ADD, "AddBackward0", [MUL, ACC_X]),
+            node(MUL, "MulBackward0", [ACC_X, ACC_Y]),
+            node(ACC_X, "AccumulateGrad", [], "x"),
+            node(ACC_Y, "AccumulateGrad", [], "y"),
+        ],
+    }
+
+
+# (id, name, grad_outputs, grad_inputs, saved) in execution order
+STEPS: list[tuple[int, str, list[float], list[float] | None, list[dict[str, Any]]]] = [
+    (POW, "PowBackward0", [1.0], [16.0], [saved("self", []), saved("exponent")]),
+    (ADD, "AddBackward0", [16.0], [16.0, 16.0], [saved("alpha")]),
+    (MUL, "MulBackward0", [16.0], [48.0, 32.0], [saved("other", []), saved("self", [])]),
+    (ACC_X, "AccumulateGrad", [64.0], None, []),
+    (ACC_Y, "AccumulateGrad", [32.0], None, []),
+]
+
+
+def example_events(reason_first: str = "pass_start") -> list[dict[str, Any]]:
+    """session, pass_begin, then for each node a ``stopped`` and the ``node`` (plus accumulate
+    events), pass_end, and exit."""
+    events: list[dict[str, Any]] = [
+        {"event": "session", "version": 1, "torch": "2.13.0+cpu", "argv": ["example.py"],
+         "pid": 4242},
+        pass_begin(),
+    ]
+    for step, (node_id, name, outs, ins, keep) in enumerate(STEPS, start=1):
+        grads_out = [summary([g]) for g in outs]
+        events.append({"event": "stopped", "pass": 1, "step": step, "id": node_id, "name": name,
+                       "reason": reason_first if step == 1 else "step", "detail": None,
+                       "grad_outputs": grads_out, "saved": keep})
+        after = [dict(s, status="freed") for s in keep]
+        events.append({"event": "node", "pass": 1, "step": step, "id": node_id, "name": name,
+                       "grad_outputs": grads_out,
+                       "grad_inputs": [summary([g]) for g in ins] if ins is not None else [],
+                       "saved": after, "error": None})
+        if name == "AccumulateGrad":
+            leaf = "x" if node_id == ACC_X else "y"
+            events.append({"event": "accumulate", "pass": 1, "leaf": leaf, "id": node_id,
+                           "before": None, "after": summary(outs), "retained": False})
+    events.append({"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []})
+    events.append({"event": "exit", "code": 0, "traceback": None})
+    return events
+
+
+def upto_stop(n: int, events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The events up to and including the n-th ``stopped`` (1-based)."""
+    events = example_events() if events is None else events
+    seen = 0
+    for i, ev in enumerate(events):
+        if ev["event"] == "stopped":
+            seen += 1
+            if seen == n:
+                return events[: i + 1]
+    return events
+
+
+def after_stop(n: int, events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The events between the n-th stop and the next one (what a ``step`` produces)."""
+    events = example_events() if events is None else events
+    head = len(upto_stop(n, events))
+    nxt = upto_stop(n + 1, events)
+    return events[head : len(nxt)] if len(nxt) > head else events[head:]
+
+
+class RecordingLink:
+    """A Link that records commands; optionally replies to ``step`` with the next events."""
+
+    def __init__(self, events: list[dict[str, Any]] | None = None, stop: int = 1) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.events = events
+        self.stop = stop
+        self.closed = False
+        self.app: BackstepApp | None = None
+
+    def open(self, app: BackstepApp) -> None:
+        self.app = app
+        if self.events is not None:
+            for event in upto_stop(self.stop, self.events):
+                app.reader.feed(event)
+
+    def send(self, message: dict[str, Any]) -> bool:
+        self.sent.append(message)
+        if self.events is not None and self.app is not None and \
+                message.get("cmd") in ("step", "continue", "finish"):
+            if message["cmd"] == "step":
+                chunk = after_stop(self.stop, self.events)
+                self.stop += 1
+            else:
+                chunk = self.events[len(upto_stop(self.stop, self.events)):]
+                self.stop = 10**9
+            for event in chunk:
+                self.app.reader.feed(event)
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def returncode(self) -> int | None:
+        return 0
+
+
+# -- synthetic big graphs for the layout tests and the benchmark ---------------------------------
+
+def chain_pass(n: int, number: int = 1) -> dict[str, Any]:
+    """A pass_begin for an n-node linear chain ending in one leaf."""
+    nodes = [{"id": i, "name": f"Op{i % 7}Backward0", "next": [i + 1], "leaf": None,
+              "source": None, "module": None} for i in range(1, n)]
+    nodes.append({"id": n, "name": "AccumulateGrad", "next": [], "leaf": "w", "source": None,
+                  "module": None})
+    return {"event": "pass_begin", "pass": number, "parent": None, "api": "backward",
+            "retain_graph": False, "create_graph": False, "roots": [1], "inputs": None,
+            "nodes": nodes}
+
+
+def transformer_pass(n: int = 10_000, number: int = 1) -> dict[str, Any]:
+    """A pass_begin shaped like a deep residual network: blocks of a few ops with a skip
+    connection, a weight leaf per block, about ``n`` nodes in all."""
+    nodes: list[dict[str, Any]] = []
+    next_id = 1
+    block = 0
+    trunk: int | None = None  # the node that continues towards the input
+
+    def add(name: str, nxt: list[int | None], leaf: str | None = None,
+            module: str | None = None) -> int:
+        nonlocal next_id
+        node_id = next_id
+        next_id += 1
+        nodes.append({"id": node_id, "name": name, "next": nxt, "leaf": leaf,
+                      "source": None, "module": module})
+        return node_id
+
+    # build from the input side up: each block = add(skip, mm(relu(trunk), w))
+    x = add("AccumulateGrad", [], leaf="input")
+    trunk = x
+    while next_id < n - 6:
+        module = f"model.layers.{block}"
+        weight = add("AccumulateGrad", [], leaf=f"{module}.weight", module=module)
+        t = add("TBackward0", [weight], module=module)
+        relu = add("ReluBackward0", [trunk], module=module)
+        mm = add("MmBackward0", [relu, t], module=module)
+        trunk = add("AddBackward0", [trunk, mm], module=module)
+        block += 1
+    root = add("SumBackward0", [trunk])
+    nodes.reverse()  # roots first, as the engine's walk lists them
+    return {"event": "pass_begin", "pass": number, "parent": None, "api": "backward",
+            "retain_graph": False, "create_graph": False, "roots": [root], "inputs": None,
+            "nodes": nodes}
+
+
+def stop_at(pass_begin_event: dict[str, Any], node_id: int, step: int = 1,
+            reason: str = "pass_start") -> dict[str, Any]:
+    name = next(n["name"] for n in pass_begin_event["nodes"] if n["id"] == node_id)
+    return {"event": "stopped", "pass": pass_begin_event["pass"], "step": step, "id": node_id,
+            "name": name, "reason": reason, "detail": None,
+            "grad_outputs": [summary([0.5, -1.0, 2.0, 0.25], [2, 2])], "saved": []}
