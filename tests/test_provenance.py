@@ -453,12 +453,13 @@ def test_module_named_from_self_attribute_or_class() -> None:
 
 
 def test_internal_failure_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backstep.engine import provenance_tagging
     from backstep.engine.provenance_modules import ModuleTracker
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ModuleTracker, "current_source", broken)
+    monkeypatch.setattr(provenance_tagging, "find_source", broken)
     monkeypatch.setattr(ModuleTracker, "_enter", broken)
     gpt, idx = make_gpt()
     with Provenance():

@@ -95,6 +95,10 @@ class ModuleTracker:
         """Source dict of the first user frame at or above ``frame`` (an op's caller)."""
         return find_source(frame, self._stack.entries)
 
+    def entries(self) -> list[Any]:
+        """This thread's running-module entries, innermost last."""
+        return self._stack.entries
+
     def clear_thread(self) -> None:
         """Forget this thread's running modules (uninstall: nothing may hold their frames)."""
         self._stack.entries.clear()

@@ -24,6 +24,8 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
+from backstep.engine.provenance_frames import find_source
+from backstep.engine.provenance_inplace import _names as _known_names
 from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
 from backstep.engine.provenance_modules import ModuleTracker
 
@@ -83,7 +85,10 @@ class TaggingMode(TorchFunctionMode):
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
         try:
-            op = mutating_name(func, kwargs)
+            try:
+                op = _known_names[func] if not kwargs else mutating_name(func, kwargs)
+            except KeyError:
+                op = mutating_name(func, kwargs)
             if op is not None:
                 before = tensor_versions(args, kwargs)
         except Exception:
@@ -108,7 +113,7 @@ class TaggingMode(TorchFunctionMode):
         caller: FrameType | None,
     ) -> None:
         """Tag the call's output nodes; note the version bumps of its tensor arguments."""
-        source = self.tracker.current_source(caller)
+        source = find_source(caller, self.tracker.entries())
         mutated: list[torch.Tensor] = []
         if op is not None and before:
             for tensor, version in before:
@@ -132,12 +137,13 @@ class TaggingMode(TorchFunctionMode):
         if source is None and module is None:
             return
         if isinstance(result, torch.Tensor):
-            outputs: list[Any] = [result]
+            outputs: list[Any] | tuple[Any, ...] = (result,)
         elif isinstance(result, (tuple, list)):
-            outputs = list(result)
+            outputs = result
         else:
-            outputs = []
-        outputs.extend(mutated)
+            outputs = ()
+        if mutated:
+            outputs = [*outputs, *mutated]
         span = (start, end) if end - start > 1 else None
         tagged: list[Any] = []
         for value in outputs:
