@@ -198,6 +198,16 @@ def test_no_grad_eval_fast_path_unchanged() -> None:
     assert torch.equal(plain, traced)
 
 
+def test_frozen_eval_fast_path_unchanged() -> None:
+    """Same fast path with grad enabled, when nothing requires grad (a frozen encoder)."""
+    encoder, x = make_encoder()
+    encoder.eval().requires_grad_(False)
+    plain = encoder(x)
+    with Provenance():
+        traced = encoder(x)
+    assert torch.equal(plain, traced)
+
+
 # -- a GPT-style model written here ----------------------------------------------------------
 
 

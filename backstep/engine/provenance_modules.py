@@ -64,6 +64,20 @@ def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
     return None
 
 
+# Modules whose eval fast path is skipped when a torch-function mode is active.
+_FAST_PATH_TYPES = (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention)
+
+
+def _fast_path_possible(module: nn.Module, args: Any) -> bool:
+    """True for an eval-mode transformer module that will record no graph (its fast path may
+    run, and must run exactly as it would without backstep)."""
+    if module.training or not isinstance(module, _FAST_PATH_TYPES):
+        return False
+    if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return False
+    return not any(p.requires_grad for p in module.parameters())
+
+
 class ModuleTracker:
     """Global module forward hooks maintaining the per-thread module-path stack."""
 
@@ -114,7 +128,9 @@ class ModuleTracker:
         try:
             entry = self._enter(module)
             entry.frame = call_impl_frame(sys._getframe(1))
-            if self.on_no_grad is not None and not torch.is_grad_enabled():
+            if self.on_no_grad is not None and (
+                not torch.is_grad_enabled() or _fast_path_possible(module, args)
+            ):
                 entry.resume = self.on_no_grad()
         except Exception:
             pass
