@@ -108,11 +108,10 @@ def example_events(reason_first: str = "pass_start") -> list[dict[str, Any]]:
         events.append({"event": "stopped", "pass": 1, "step": step, "id": node_id, "name": name,
                        "reason": reason_first if step == 1 else "step", "detail": None,
                        "grad_outputs": grads_out, "saved": keep})
-        after = [dict(s, status="freed") for s in keep]
         events.append({"event": "node", "pass": 1, "step": step, "id": node_id, "name": name,
                        "grad_outputs": grads_out,
                        "grad_inputs": [summary([g]) for g in ins] if ins is not None else [],
-                       "saved": after, "error": None})
+                       "saved": keep, "error": None})
         if name == "AccumulateGrad":
             leaf = "x" if node_id == ACC_X else "y"
             events.append({"event": "accumulate", "pass": 1, "leaf": leaf, "id": node_id,

@@ -19,8 +19,14 @@ from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.model import PassView, Snapshot
 
 
+OPEN_ALL_BELOW = 200  # graphs this small start fully open
+
+
 class GraphPanel(Tree[Row]):
     """Every node of the pass once, with a done / current / pending / skipped glyph."""
+
+    ICON_NODE = "+ "
+    ICON_NODE_EXPANDED = "− "
 
     @dataclass
     class NodeChosen(Message):
@@ -90,6 +96,12 @@ class GraphPanel(Tree[Row]):
                 self._containers[row.key] = child
             if row.kind == "node":
                 self._rows[row.node] = child
+            if row.key is not None and row.kind != "chunk" and self._small():
+                self._load(row.key)  # small graphs open fully; depth stays logarithmic
+                child.expand()
+
+    def _small(self) -> bool:
+        return self._view is not None and len(self._view.graph.nodes) <= OPEN_ALL_BELOW
 
     def _label(self, row: Row | None) -> Text:
         if row is None or self._view is None:

@@ -237,7 +237,7 @@ class PassView:
             return "skipped"
         return "pending"
 
-    def saved_totals(self) -> tuple[int, int]:
+    def saved_totals(self, stop: Stop | None = None) -> tuple[int, int]:
         """Bytes still held by saved tensors and bytes freed so far in this pass.
 
         A node's saved tensors are freed once it runs unless the pass retains the graph; nodes
@@ -248,11 +248,14 @@ class PassView:
         for node_id in self.executed():
             rec = self.log.records[node_id]
             seen.add(node_id)
-            size = sum(s.bytes for s in rec.saved if s.status != "freed")
+            size = sum(s.bytes for s in rec.saved)
             if self.retain_graph:
                 held += size
             else:
                 freed += size
+        if stop is not None and stop.pass_ == self.number and stop.id not in seen:
+            seen.add(stop.id)
+            held += sum(s.bytes for s in stop.saved if s.status != "freed")
         for info in self.graph.nodes.values():
             if info.id not in seen and info.saved_bytes:
                 held += info.saved_bytes

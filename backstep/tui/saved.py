@@ -13,7 +13,11 @@ from backstep.tui.model import Focus, SavedInfo
 STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
 
 
-def status_text(item: SavedInfo) -> Text:
+def status_text(item: SavedInfo, released: bool = False) -> Text:
+    """The status; ``released`` when the node has run in a pass that does not retain the graph
+    (the engine reports the status as seen before the node ran, and PyTorch frees right after)."""
+    if released and item.status == "alive" and item.shape is not None:
+        return Text("freed", style="dim")
     text = Text(item.status, style=STATUS_STYLE.get(item.status, ""))
     if item.version_saved is not None and item.version_now is not None and (
         item.status == "modified" or item.version_now != item.version_saved
@@ -32,6 +36,8 @@ class SavedPanel(Static):
     def show(self, focus: Focus) -> None:
         parts: list[Table | Text] = []
         saved = focus.saved
+        view = focus.snapshot.pass_
+        released = focus.record is not None and view is not None and not view.retain_graph
         if focus.info is None:
             parts.append(Text("no node selected", style="dim"))
         elif saved is None:
@@ -51,12 +57,11 @@ class SavedPanel(Static):
                     "scalar" if scalar else shape_text(item.shape),
                     item.dtype or "",
                     "" if scalar else nbytes(item.bytes),
-                    status_text(item),
+                    status_text(item, released),
                 )
             parts.append(table)
-        view = focus.snapshot.pass_
         if view is not None:
-            held, freed = view.saved_totals()
+            held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
                                  ("  held ", "dim"), (nbytes(held), "green"),
                                  ("  freed ", "dim"), (nbytes(freed), ""))

@@ -47,7 +47,7 @@ class TensorView(ModalScreen[None]):
         super().__init__()
         self.title_text = title
         self.request = request
-        self.offset = 0
+        self.page_start = 0
         self.numel: int | None = None
         self.pending: int | None = None
         self.body = Static(Text("fetching values…", style="dim"), id="tensor-body")
@@ -64,7 +64,7 @@ class TensorView(ModalScreen[None]):
         self._fetch()
 
     def _fetch(self) -> None:
-        self.pending = self.request(self.offset, PAGE)
+        self.pending = self.request(self.page_start, PAGE)
         if self.pending is None:
             self.body.update(Text("the debuggee is not paused: values cannot be fetched now",
                                   style="yellow"))
@@ -77,7 +77,7 @@ class TensorView(ModalScreen[None]):
         numel = event.get("numel")
         self.numel = numel if isinstance(numel, int) else None
         values = event.get("values") if isinstance(event.get("values"), list) else []
-        offset = event.get("offset") if isinstance(event.get("offset"), int) else self.offset
+        offset = event.get("offset") if isinstance(event.get("offset"), int) else self.page_start
         end = offset + len(values)
         self.header.update(Text.assemble(
             (self.title_text, "bold"), "  ", shape_text(event.get("shape")),
@@ -92,10 +92,10 @@ class TensorView(ModalScreen[None]):
     def action_page(self, direction: int) -> None:
         if self.pending is not None:
             return
-        new = self.offset + direction * PAGE
+        new = self.page_start + direction * PAGE
         if new < 0 or (self.numel is not None and new >= self.numel):
             return
-        self.offset = new
+        self.page_start = new
         self._fetch()
 
     def action_close(self) -> None:
