@@ -486,7 +486,7 @@ class Capture:
                 )
         for ref, index, name, before in p.retained:
             tensor = ref()
-            if tensor is not None:
+            if tensor is not None and p.ran[index]:
                 self._emit(
                     {
                         "event": "accumulate",

@@ -12,6 +12,8 @@ import torch
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_FRAMES = 12
+_CO_OPTIMIZED = 0x0001
+_SNAPSHOT_LOCALS = sys.version_info < (3, 13)
 _MAX_CONTAINER = 64
 
 
@@ -59,15 +61,35 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
         for f in frames:
             if len(found) == len(wanted):
                 return found
-            try:
-                namespace = dict(f.f_locals)
-            except Exception:  # noqa: BLE001 - a frame we cannot read has no names for us
-                continue
+            namespace = _locals(f)
             for var, value in namespace.items():
                 if (var == "self") != prefer_self:
                     continue
                 _name_value(var, value, wanted, found)
     return found
+
+
+def _locals(frame: Any) -> dict[str, Any]:
+    """A copy of a frame's variables that keeps nothing alive afterwards.
+
+    Before Python 3.13, reading ``f_locals`` of a function frame leaves a snapshot dict on the
+    frame that holds every local — even one the function later deletes — until the frame ends.
+    So the snapshot is cleared again (it is a copy: the function's own variables are untouched).
+    From 3.13 on ``f_locals`` is a live proxy, and clearing it would delete the variables.
+    """
+    try:
+        namespace = frame.f_locals
+        copy = dict(namespace)
+    except Exception:  # noqa: BLE001 - a frame we cannot read has no names for us
+        return {}
+    if (
+        _SNAPSHOT_LOCALS
+        and frame.f_code.co_flags & _CO_OPTIMIZED
+        and namespace is not frame.f_globals
+        and type(namespace) is dict
+    ):
+        namespace.clear()
+    return copy
 
 
 def _name_value(var: str, value: Any, wanted: dict[int, Any], found: dict[int, str]) -> None:

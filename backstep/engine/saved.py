@@ -1,5 +1,10 @@
-"""Saved tensors of a node and their status — alive, freed, or modified in place — read
-without unpacking (unpacking re-runs the forward under checkpoint and raises when stale)."""
+"""Saved tensors of a node and their status, read without unpacking a live tensor (unpacking
+re-runs the forward under checkpoint and raises when stale).
+
+Statuses: ``alive``; ``freed`` (released by an earlier pass without retain_graph); ``modified``
+(changed in place since it was saved); ``none`` (PyTorch did not need to save it); ``packed``
+(held by saved_tensors_hooks, as under checkpoint); ``scalar`` (a saved number or size).
+"""
 
 from __future__ import annotations
 
@@ -54,9 +59,20 @@ def _scalar(value: Any) -> Any:
 def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check: bool) -> dict:
     entry: dict[str, Any] = {"name": name, "status": "alive", "shape": None, "dtype": None,
                              "bytes": 0, "version": None}
+    if getattr(raw, "unpack_hook", None) is not None:
+        # saved through saved_tensors_hooks (checkpoint, offloading): unpacking would run the
+        # user's hook (a forward recompute under checkpoint), so report it as packed
+        entry["status"] = "packed"
+        return entry
     data = raw.data
     if data is None:
         entry["status"] = "freed"
+        if attr:
+            try:
+                if getattr(node, attr) is None:
+                    entry["status"] = "none"  # PyTorch never saved it (nothing needed it)
+            except RuntimeError:
+                pass  # freed by an earlier pass without retain_graph
         return entry
     entry["shape"] = list(data.shape)
     entry["dtype"] = _dtype_name(data.dtype)
@@ -67,7 +83,7 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
         entry["version"] = {"saved": saved, "now": now}
         if saved != now:
             entry["status"] = "modified"
-        entry["modified_by"] = _modified_by(data, saved, now)
+            entry["modified_by"] = _modified_by(data, saved, now)
     elif check and attr:
         try:
             getattr(node, attr)

@@ -237,37 +237,77 @@ class SummaryBatch:
         indices: list[int],
         results: list[dict[str, Any] | None],
     ) -> None:
-        group = [t.detach() for t in group]
-        maxes = torch._foreach_max(group)
-        mins = torch._foreach_max(torch._foreach_neg(group))
-        norms = torch._foreach_norm(group, 2, dtype=torch.float64)
-        sums = [t.sum(dtype=torch.float64) for t in group]
-        small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
+        # Views of the same memory (a transpose, a reshape) have the same statistics: reduce
+        # each block of memory once.
+        unique: dict[tuple, int] = {}
+        reps: list[torch.Tensor] = []
+        owner: list[int] = []
+        for t in group:
+            key = _memory_key(t) if t.numel() > SMALL else None
+            j = unique.get(key) if key is not None else None
+            if j is None:
+                j = len(reps)
+                reps.append(t.detach())
+                if key is not None:
+                    unique[key] = j
+            owner.append(j)
+        extrema = [t.aminmax() for t in reps]
+        norms = torch._foreach_norm(reps)
+        sums = [t.sum() for t in reps]
         stats = torch.stack(
             [
-                torch.stack(maxes).to(torch.float64),
-                torch.stack(mins).to(torch.float64),
+                torch.stack([e.min for e in extrema]),
+                torch.stack([e.max for e in extrema]),
                 torch.stack(norms),
                 torch.stack(sums),
             ]
-        ).tolist()
+        ).to(torch.float64).tolist()
+        small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
         small_values = torch.cat(small).tolist() if small else []
+        mins, maxs, norm_list, sum_list = stats
         pos = 0
-        for j, (t, i) in enumerate(zip(group, indices, strict=True)):
-            hi, neg_lo, norm, total = stats[0][j], stats[1][j], stats[2][j], stats[3][j]
-            lo = -neg_lo
+        for t, i, j in zip(group, indices, owner, strict=True):
+            lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
             n = t.numel()
+            finite = math.isfinite(lo) and math.isfinite(hi)
+            if finite and not (math.isfinite(norm) and math.isfinite(total)):
+                # finite values whose float32 norm or sum overflowed: redo those in float64
+                norm = float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
+                total = float(t.detach().sum(dtype=torch.float64))
             out = _base(t)
-            if math.isfinite(hi) and math.isfinite(lo) and math.isfinite(total):
-                bad = 0
-            else:
-                bad = int((~torch.isfinite(t)).sum()) if n <= LARGE else None
-            out["min"] = _round(lo, dtype)
-            out["max"] = _round(hi, dtype)
-            out["mean"] = _round(total / n, dtype)
-            out["norm"] = _round(norm, dtype)
-            out["nonfinite"] = bad
+            out["min"] = _stat(lo, dtype)
+            out["max"] = _stat(hi, dtype)
+            out["mean"] = _stat(total / n, dtype)
+            out["norm"] = _stat(norm, dtype)
+            out["nonfinite"] = 0 if finite else int((~torch.isfinite(t.detach())).sum())
             if n <= SMALL:
                 out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
             results[i] = out
+
+
+def _memory_key(t: torch.Tensor) -> tuple | None:
+    """Identifies the block of memory a dense tensor covers, whatever its view shape."""
+    try:
+        if t.is_contiguous():
+            return (t.data_ptr(), t.numel())
+        dims = sorted(zip(t.stride(), t.shape, strict=True), reverse=True)
+        expected = 1
+        for stride, size in reversed(dims):
+            if size != 1 and stride != expected:
+                return None  # overlapping or strided: not a permutation of a dense block
+            expected *= size
+        return (t.data_ptr(), t.numel())
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+
+
+def _stat(x: float, dtype: torch.dtype) -> float | str:
+    """A statistic as JSON, to the precision its dtype carries (values use ``_round``)."""
+    if not math.isfinite(x):
+        return clean_number(x)
+    if dtype in (torch.float32, torch.complex64):
+        return float(f"{x:.8g}")
+    if dtype in (torch.float16, torch.bfloat16):
+        return float(f"{x:.5g}")
+    return x

@@ -1,0 +1,120 @@
+"""Engine overhead: backward-pass time ratios against plain PyTorch, measured in one run.
+
+    python benchmarks/bench_engine.py            # both workloads, prints the table
+    python benchmarks/bench_engine.py --quick    # fewer repetitions
+
+Modes, interleaved repetition by repetition so machine noise hits them alike (medians):
+  plain       no backstep
+  trace       recording every node (``backstep trace``), events encoded to /dev/null
+  armed       the live controller attached after "continue" with no breakpoints
+  nonfinite   armed with a break-on-non-finite breakpoint (never trips here)
+Peak RSS is measured in child processes (trace vs plain, same iterations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workloads import gpt_realistic, transformer_worst_case  # noqa: E402
+
+from backstep.engine.capture import Capture  # noqa: E402
+from backstep.engine.controller import Controller  # noqa: E402
+from backstep.engine.recorder import JsonlRecorder  # noqa: E402
+
+WORKLOADS = {"worst": transformer_worst_case, "realistic": gpt_realistic}
+TARGETS = {  # mode -> (worst case, realistic) ratio targets from the engine issue
+    "trace": (2.5, 1.5),
+    "armed": (1.05, 1.05),
+    "nonfinite": (1.5, 1.2),
+}
+
+
+def _capture(mode: str) -> Capture | None:
+    if mode == "plain":
+        return None
+    if mode == "trace":
+        return Capture(JsonlRecorder(open(os.devnull, "wb")))  # noqa: SIM115
+    breakpoints = [{"kind": "nonfinite"}] if mode == "nonfinite" else []
+    controller = Controller(lambda event: None, breakpoints, stop_at_pass_start=False)
+    return Capture(None, controller)
+
+
+def time_modes(name: str, reps: int) -> dict[str, float]:
+    model, make_loss = WORKLOADS[name]()
+    modes = ["plain", "trace", "armed", "nonfinite"]
+    captures = {mode: _capture(mode) for mode in modes}
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
+    for rep in range(reps + 2):
+        for mode in modes:
+            loss = make_loss()
+            capture = captures[mode]
+            if capture is not None:
+                capture.install()
+            start = time.perf_counter()
+            loss.backward()
+            elapsed = time.perf_counter() - start
+            if capture is not None:
+                capture.uninstall()
+            model.zero_grad(set_to_none=True)
+            if rep >= 2:  # the first two repetitions warm caches and allocators
+                samples[mode].append(elapsed)
+    return {mode: statistics.median(values) for mode, values in samples.items()}
+
+
+def peak_rss(name: str, mode: str, iterations: int) -> int:
+    """Peak RSS (KiB) of a fresh process running ``iterations`` forward+backward steps."""
+    code = (
+        "import sys,os,resource;sys.path.insert(0,%r);"
+        "from bench_engine import _capture, WORKLOADS;"
+        "model, make_loss = WORKLOADS[%r]();cap=_capture(%r)\n"
+        "if cap: cap.install()\n"
+        "for _ in range(%d):\n"
+        "    make_loss().backward(); model.zero_grad(set_to_none=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    ) % (os.path.dirname(os.path.abspath(__file__)), name, mode, iterations)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
+    args = parser.parse_args(argv)
+    reps = 5 if args.quick else 15
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    rows: list[tuple[str, str, float, float | None, bool | None]] = []
+    for column, name in enumerate(WORKLOADS):
+        times = time_modes(name, reps)
+        plain = times["plain"]
+        rows.append((name, "plain backward (ms)", plain * 1e3, None, None))
+        for mode, targets in TARGETS.items():
+            ratio = times[mode] / plain
+            rows.append((name, f"{mode} ratio", ratio, targets[column], ratio <= targets[column]))
+        if not args.no_rss:
+            iterations = 3 if args.quick else 5
+            base = peak_rss(name, "plain", iterations)
+            traced = peak_rss(name, "trace", iterations)
+            ratio = traced / base
+            rows.append((name, "trace peak RSS ratio", ratio, 1.10, ratio <= 1.10))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {reps}")
+    print(f"{'workload':<10} {'measure':<24} {'value':>8} {'target':>8}  ok")
+    for name, measure, value, target, ok in rows:
+        target_text = f"<= {target:g}" if target is not None else ""
+        ok_text = "" if ok is None else ("yes" if ok else "NO")
+        print(f"{name:<10} {measure:<24} {value:>8.3f} {target_text:>8}  {ok_text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
