@@ -1,0 +1,98 @@
+"""Diagnostics: say what went wrong, where and why, in autograd terms.
+
+``Diagnostician(inner)`` is a Sink that wraps another: every event goes on to ``inner``
+unchanged, and after it any ``diagnosis`` events it gave rise to::
+
+    {"event": "diagnosis", "pass", "kind", "message", "node" (id | null),
+     "source" ({file, line, code} | null),
+     "title" (a banner headline), "severity" ("error" | "warning" | "info"),
+     "related" ([{role, file, line, code}]: other lines the message names)}
+
+Kinds: graph_freed, inplace_modified, nonfinite, grad_accumulating, retain_graph_unused,
+grad_none. Each cause is reported once. Diagnoses are read off events (see
+``diagnostics_rules``); the one exception is ``grad_none``, which also looks at the caller's
+modules once per backward call site and at PyTorch's non-leaf ``.grad`` warning
+(``install()``/``uninstall()`` wrap ``warnings.showwarning`` for the session).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from backstep.engine.diagnostics_grad_none import ParameterCheck, WarningHook
+from backstep.engine.diagnostics_rules import EventRules, Found
+from backstep.engine.recorder import Sink
+
+MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, not repeated
+
+__all__ = ["Diagnostician"]
+
+
+class Diagnostician:
+    """A Sink wrapper that forwards events and adds ``diagnosis`` events after them."""
+
+    def __init__(self, inner: Sink) -> None:
+        self.inner = inner
+        self._rules = EventRules()
+        self._params = ParameterCheck()
+        self._warnings = WarningHook(self._report, lambda: self._rules.last_pass)
+        self._seen: set[tuple[Any, ...]] = set()
+        self._lock = threading.Lock()
+
+    # -- Sink ----------------------------------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> None:
+        self.inner.emit(event)
+        try:
+            found = self._analyse(event)
+        except Exception:  # noqa: BLE001 - a diagnosis must never break the user's script
+            return
+        for diag in found:
+            self.inner.emit(diag)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    # -- session -------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Start watching for PyTorch's non-leaf ``.grad`` warning."""
+        self._warnings.install()
+
+    def uninstall(self) -> None:
+        self._warnings.uninstall()
+
+    def __enter__(self) -> Diagnostician:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    # -- analysis ------------------------------------------------------------------------------
+    def _analyse(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event.get("event")
+        if kind not in ("pass_begin", "node", "accumulate", "pass_end", "graph_released"):
+            return []
+        found: list[Found] = []
+        with self._lock:
+            found.extend(self._rules.feed(event))
+            if kind == "pass_begin":
+                found.extend(self._params.check(event, sys._getframe(1)))
+            return self._once(found)
+
+    def _once(self, found: list[Found]) -> list[dict[str, Any]]:
+        out = []
+        for key, diag in found:
+            if key in self._seen or len(self._seen) >= MAX_CAUSES:
+                continue
+            self._seen.add(key)
+            out.append(diag)
+        return out
+
+    def _report(self, found: Found) -> None:
+        """A diagnosis found outside the event stream (a warning)."""
+        with self._lock:
+            out = self._once([found])
+        for diag in out:
+            self.inner.emit(diag)

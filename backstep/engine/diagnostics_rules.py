@@ -1,0 +1,348 @@
+"""Diagnoses read off the event stream: freed graphs, in-place edits, NaN origins, forgotten
+``zero_grad()``, unneeded ``retain_graph``.
+
+``EventRules.feed(event)`` returns ``(key, diagnosis)`` pairs; the key names the cause, so the
+caller can report each cause once. Only event dicts are read — never a tensor or a node — and
+the memory kept between passes is bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+from backstep.engine import diagnostics_text as text
+
+Found = tuple[tuple[Any, ...], dict[str, Any]]
+
+MAX_PASSES = 4096  # callers remembered, to name the pass that freed a graph
+MAX_FREED = 200_000  # node ids remembered with the pass that freed their saved tensors
+MAX_LEAVES = 100_000
+MAX_RETAINED = 64  # retain_graph passes whose graph is watched for reuse
+NONFINITE_PER_PASS = 3
+_SECOND_TIME = "backward through the graph a second time"
+_INPLACE = "modified by an inplace operation"
+_VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
+
+
+def diagnosis(pass_: int | None, kind: str, title: str, message: str, *, severity: str,
+              node: int | None = None, source: dict[str, Any] | None = None,
+              related: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """The ``diagnosis`` event (``title``, ``severity`` and ``related`` extend the schema)."""
+    src = None
+    if source and source.get("line"):
+        src = {"file": source.get("file"), "line": source.get("line"), "code": source.get("code")}
+    return {"event": "diagnosis", "pass": pass_, "kind": kind, "title": title,
+            "severity": severity, "message": message, "node": node, "source": src,
+            "related": [r for r in (related or []) if r]}
+
+
+def source_key(source: dict[str, Any] | None) -> tuple[Any, Any]:
+    return (source.get("file"), source.get("line")) if source else (None, None)
+
+
+class PassInfo:
+    """What one running pass announced: its caller, roots, and its nodes by id."""
+
+    __slots__ = ("number", "parent", "api", "retain", "caller", "roots", "nodes", "origins",
+                 "accumulating")
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        self.number: int = event.get("pass", 0)
+        self.parent: int | None = event.get("parent")
+        self.api: str = event.get("api", "backward")
+        self.retain = bool(event.get("retain_graph"))
+        self.caller: dict[str, Any] | None = event.get("caller")
+        self.roots: set[int] = set(event.get("roots") or ())
+        self.nodes: dict[int, dict[str, Any]] = {n["id"]: n for n in event.get("nodes") or ()}
+        self.origins = 0
+        self.accumulating: list[tuple[str, int, int]] = []  # (leaf, node id, previous pass)
+
+    def parents_of(self, node_id: int) -> list[dict[str, Any]]:
+        return [n for n in self.nodes.values() if node_id in (n.get("next") or ())]
+
+
+class EventRules:
+    """State between events, and one handler per event kind."""
+
+    def __init__(self) -> None:
+        self.passes: dict[int, PassInfo] = {}
+        self.callers: OrderedDict[int, dict[str, Any] | None] = OrderedDict()
+        self.freed_by: OrderedDict[int, int] = OrderedDict()
+        self.leaves: OrderedDict[str, tuple[int, int | None]] = OrderedDict()  # name -> pass, version
+        self.last_pass: int | None = None
+        # retain_graph pass -> [its node ids (leaves excluded: every graph that uses a parameter
+        # shares its AccumulateGrad), reused by a later pass]
+        self.retained: OrderedDict[int, tuple[frozenset[int], list[bool]]] = OrderedDict()
+
+    def feed(self, event: dict[str, Any]) -> list[Found]:
+        kind = event.get("event")
+        if kind == "pass_begin":
+            self._begin(event)
+        elif kind == "node":
+            return self._node(event)
+        elif kind == "accumulate":
+            self._accumulate(event)
+        elif kind == "pass_end":
+            return self._end(event)
+        elif kind == "graph_released":
+            return self._released(event)
+        return []
+
+    # -- pass bookkeeping ----------------------------------------------------------------------
+    def _begin(self, event: dict[str, Any]) -> None:
+        info = PassInfo(event)
+        self.passes[info.number] = info
+        self.last_pass = info.number
+        self.callers[info.number] = info.caller
+        while len(self.callers) > MAX_PASSES:
+            self.callers.popitem(last=False)
+        for ids, reused in self.retained.values():
+            if not reused[0] and not ids.isdisjoint(info.nodes):
+                reused[0] = True
+        if info.retain:
+            ids = frozenset(i for i, n in info.nodes.items() if n.get("name") != "AccumulateGrad")
+            self.retained[info.number] = (ids, [False])
+            while len(self.retained) > MAX_RETAINED:
+                self.retained.popitem(last=False)
+
+    def _end(self, event: dict[str, Any]) -> list[Found]:
+        info = self.passes.pop(event.get("pass", 0), None)
+        if info is None or not info.accumulating:
+            return []
+        return [self._accumulating(info)]
+
+    def _node_info(self, info: PassInfo | None, node_id: int) -> tuple[str | None, Any]:
+        node = info.nodes.get(node_id) if info else None
+        return (node.get("name"), node.get("source")) if node else (None, None)
+
+    # -- node events -------------------------------------------------------------------------
+    def _node(self, event: dict[str, Any]) -> list[Found]:
+        info = self.passes.get(event.get("pass", 0))
+        node_id = event.get("id")
+        saved = event.get("saved") or []
+        error = event.get("error") or ""
+        found: list[Found] = []
+        freed = any(s.get("status") == "freed" for s in saved)
+        if error and (_SECOND_TIME in error or (freed and _INPLACE not in error)):
+            found.append(self._graph_freed(info, event, saved, error))
+        modified = [s for s in saved if s.get("status") == "modified"]
+        if modified or _INPLACE in error:
+            found.append(self._inplace(info, event, modified, error))
+        if not error:
+            if info is not None and not info.retain and any(
+                s.get("status") in ("alive", "freed") for s in saved
+            ):
+                self.freed_by[node_id] = info.number
+                self.freed_by.move_to_end(node_id)
+                while len(self.freed_by) > MAX_FREED:
+                    self.freed_by.popitem(last=False)
+            hit = self._nonfinite(info, event)
+            if hit is not None:
+                found.append(hit)
+        return found
+
+    def _graph_freed(self, info: PassInfo | None, event: dict[str, Any],
+                     saved: list[dict[str, Any]], error: str) -> Found:
+        node_id = event.get("id")
+        name = event.get("name") or "a node"
+        _, source = self._node_info(info, node_id)
+        freed = [s["name"] for s in saved if s.get("status") == "freed"]
+        what = (f"the tensor{'s' if len(freed) > 1 else ''} it saved in the forward "
+                f"({text.names(freed)})") if freed else "the tensors it saved in the forward"
+        earlier = self.freed_by.get(node_id)
+        caller = self.callers.get(earlier) if earlier is not None else None
+        near = info.caller if info else None
+        if earlier is not None:
+            by = f"pass {earlier} ({text.where(caller, near)})" if caller else f"pass {earlier}"
+        else:
+            by = "an earlier backward pass"
+        fix_line = f" at {text.where(caller, near)}" if caller else " on the first backward"
+        message = (
+            f"{text.made_at(name, source)} needs {what}, but {by} already went through this "
+            f"graph and freed them. After a backward pass PyTorch frees the values each node "
+            f"saved, to save memory, unless the pass is called with retain_graph=True. "
+            f"Fix: if you really need to go backward through the same graph twice, pass "
+            f"retain_graph=True{fix_line}; usually the better fix is to run the forward again "
+            f"so each backward gets a fresh graph."
+        )
+        diag = diagnosis(
+            event.get("pass"), "graph_freed", "Backward through a graph that was already freed",
+            message, severity="error", node=node_id, source=source,
+            related=[text.related("freed_by", caller), text.related("backward", near)],
+        )
+        return ("graph_freed", name, *source_key(source), node_id if not source else None), diag
+
+    def _inplace(self, info: PassInfo | None, event: dict[str, Any],
+                 modified: list[dict[str, Any]], error: str) -> Found:
+        node_id = event.get("id")
+        name = event.get("name") or "a node"
+        _, source = self._node_info(info, node_id)
+        entry = modified[0] if modified else {}
+        saved_name = entry.get("name")
+        versions = entry.get("version") or {}
+        expected, found = versions.get("saved"), versions.get("now")
+        match = _VERSIONS.search(error)
+        if match and (expected is None or found is None):
+            found, expected = int(match.group(1)), int(match.group(2))
+        culprit = entry.get("modified_by")
+        what = text.saved_role(saved_name) if saved_name else "one of the tensors it saved"
+        shape = entry.get("shape")
+        if shape is not None:
+            what += f" (shape {shape}, {entry.get('dtype')})"
+        version_text = (f"it was saved at version {expected} and is now at version {found}"
+                        if expected is not None and found is not None else "its version changed")
+        if culprit and culprit.get("line"):
+            op = culprit.get("op")
+            blame = f"The in-place op was `{op}` at {text.where(culprit, source)}."
+        else:
+            op = None
+            blame = ("Look for an in-place op on it after the forward line: a method ending in "
+                     "`_`, `+=`, `x[...] = ...`, `inplace=True`, or an optimizer step.")
+        message = (
+            f"{text.made_at(name, source)} saved {what} in the forward to compute its gradient, "
+            f"but {version_text}: an in-place operation changed it before backward, so the "
+            f"gradient would be computed from the wrong values (PyTorch refuses). {blame} "
+            f"Fix: {text.out_of_place(op, culprit)}."
+        )
+        diag = diagnosis(
+            event.get("pass"), "inplace_modified", "A saved tensor was modified in place",
+            message, severity="error", node=node_id, source=source,
+            related=[text.related("inplace_op", culprit)],
+        )
+        key = ("inplace", name, saved_name, *source_key(source),
+               *source_key(culprit if culprit and culprit.get("line") else None),
+               node_id if not source else None)
+        return key, diag
+
+    def _nonfinite(self, info: PassInfo | None, event: dict[str, Any]) -> Found | None:
+        incoming = event.get("grad_outputs")
+        outgoing = event.get("grad_inputs")
+        if not incoming or outgoing is None or info is None:
+            return None
+        if info.origins >= NONFINITE_PER_PASS:
+            return None
+        bad_in = _count(incoming)
+        bad_out = _count(outgoing)
+        node_id = event.get("id")
+        name = event.get("name") or "a node"
+        _, source = self._node_info(info, node_id)
+        if bad_in is None:
+            return None
+        if bad_in and node_id in info.roots and info.origins == 0:
+            info.origins += 1
+            message = (
+                f"The gradient handed to backward for {text.made_at(name, source)} already has "
+                f"{bad_in} NaN/Inf value(s): it was not born in the graph but passed in "
+                f"(the `gradient=` argument of backward, or `grad_outputs=` of autograd.grad)."
+            )
+            diag = diagnosis(info.number, "nonfinite", "NaN/Inf gradient passed to backward",
+                             message, severity="error", node=node_id, source=info.caller)
+            return ("nonfinite-root", *source_key(info.caller)), diag
+        if bad_in or not bad_out:
+            return None
+        info.origins += 1
+        hint = text.op_hint(name)
+        why = (f" Here {hint}." if hint else
+               " Its backward formula (the derivative of the forward op) produced them from "
+               "finite inputs: look for a division, a log, a sqrt or an overflow at that line, "
+               "or for NaN/Inf already in the forward values it saved.")
+        trap = ""
+        masks = [p.get("name", "") for p in info.parents_of(node_id)]
+        if any(m.startswith(text.MASKING) for m in masks):
+            trap = (" The gradient came through a masking op (torch.where, masked_fill or "
+                    "indexing): the forward picked other values where this op misbehaves, but "
+                    "backward still runs through every element of this op and 0 * inf = NaN. "
+                    "Fix: make the input safe before the op, e.g. "
+                    "`torch.where(mask, x, 1.0).sqrt()` inside the where (the 'double where').")
+        message = (
+            f"NaN/Inf gradient is born at {text.made_at(name, source)}: the gradient flowing "
+            f"into it was finite, but the gradient it passes on has {bad_out} NaN/Inf "
+            f"value(s).{why}{trap}"
+        )
+        diag = diagnosis(info.number, "nonfinite", "NaN/Inf gradient is born here", message,
+                         severity="error", node=node_id, source=source)
+        return ("nonfinite", name, *source_key(source), node_id if not source else None), diag
+
+    # -- leaves ------------------------------------------------------------------------------
+    def _accumulate(self, event: dict[str, Any]) -> None:
+        if event.get("retained"):
+            return
+        leaf = event.get("leaf")
+        number = event.get("pass")
+        version = event.get("version")
+        if not isinstance(leaf, str) or number is None:
+            return
+        previous = self.leaves.get(leaf)
+        self.leaves[leaf] = (number, version)
+        self.leaves.move_to_end(leaf)
+        while len(self.leaves) > MAX_LEAVES:
+            self.leaves.popitem(last=False)
+        if previous is None or version is None or previous[1] is None:
+            return
+        stepped = version != previous[1]
+        if stepped and _not_zeroed(event.get("before")):
+            info = self.passes.get(number)
+            if info is not None:
+                info.accumulating.append((leaf, event.get("id"), previous[0]))
+
+    def _accumulating(self, info: PassInfo) -> Found:
+        leaves = [leaf for leaf, _, _ in info.accumulating]
+        first_id = info.accumulating[0][1]
+        previous = info.accumulating[0][2]
+        message = (
+            f"The .grad of {text.names(leaves)} was not reset: pass {info.number} added its "
+            f"gradient to the one left by pass {previous}, and the parameter changed in between "
+            f"(an optimizer step). backward() adds into .grad, it never overwrites it, so every "
+            f"step now uses the sum of all past gradients. Fix: call optimizer.zero_grad() (or "
+            f"model.zero_grad()) once per step, before loss.backward(). If you accumulate over "
+            f"micro-batches on purpose, zero right after each optimizer.step()."
+        )
+        diag = diagnosis(info.number, "grad_accumulating", ".grad keeps accumulating across steps",
+                         message, severity="warning", node=first_id, source=info.caller)
+        return ("grad_accumulating", tuple(leaves)), diag
+
+    # -- retained graphs ---------------------------------------------------------------------
+    def _released(self, event: dict[str, Any]) -> list[Found]:
+        number = event.get("pass")
+        watched = self.retained.pop(number, None) if number is not None else None
+        if event.get("reused") and (watched is None or watched[1][0]):
+            return []
+        caller = self.callers.get(number) if number is not None else None
+        nbytes = event.get("bytes") or 0
+        held = (f"every tensor its graph saved ({text.size(nbytes)})" if nbytes
+                else "every tensor its graph saved")
+        at = f" ({text.where(caller)})" if caller else ""
+        message = (
+            f"Pass {number}{at} used retain_graph=True, which keeps {held} in memory for "
+            f"another backward through the same graph. None came: the graph was dropped without "
+            f"being used again, so the memory was held for nothing. Fix: remove "
+            f"retain_graph=True there; the saved tensors are then freed node by node as the "
+            f"pass runs."
+        )
+        diag = diagnosis(number, "retain_graph_unused", "retain_graph=True was not needed",
+                         message, severity="warning", source=caller)
+        return [(("retain_graph_unused", *source_key(caller), None if caller else number), diag)]
+
+
+def _count(summaries: list[Any]) -> int | None:
+    """Total non-finite values in a list of summaries; None when any count is unknown."""
+    total = 0
+    for s in summaries:
+        if s is None:
+            continue
+        bad = s.get("nonfinite")
+        if bad is None:
+            return None
+        total += bad
+    return total
+
+
+def _not_zeroed(before: dict[str, Any] | None) -> bool:
+    """A .grad that was neither set to None nor filled with zeros before the pass."""
+    if before is None:
+        return False
+    if before.get("nonfinite"):
+        return True
+    return not (before.get("min") == 0 and before.get("max") == 0)
