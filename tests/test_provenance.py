@@ -527,6 +527,21 @@ def test_inplace_history_names_the_line() -> None:
     assert inplace_history(torch.zeros(1)) == []
 
 
+def test_inplace_history_of_saved_tensors() -> None:
+    """The diagnosis path: a saved tensor read without unpacking finds who modified it."""
+    x = torch.randn(3, requires_grad=True)
+    with Provenance():
+        a = x * 1
+        b = a.exp()  # saves its result b
+        c = a.sin()  # saves its input a
+        a.add_(1)  # @saved-input
+        b.mul_(2)  # @saved-output
+    saved_input = c.grad_fn._raw_saved_self.data
+    saved_output = b.grad_fn.next_functions[0][0]._raw_saved_result.data
+    assert [h["line"] for h in inplace_history(saved_input)] == [this_line("saved-input")]
+    assert [h["line"] for h in inplace_history(saved_output)] == [this_line("saved-output")]
+
+
 def test_inplace_history_does_not_keep_tensors_alive() -> None:
     with Provenance():
         t = torch.zeros(3)
@@ -535,6 +550,7 @@ def test_inplace_history_does_not_keep_tensors_alive() -> None:
     assert key in provenance_inplace._history
     del t
     assert key not in provenance_inplace._history
+    assert key not in provenance_inplace._by_storage.values()
 
 
 def test_optimizer_step_recorded_on_parameters() -> None:

@@ -26,6 +26,9 @@ _INPLACE_DUNDERS = frozenset(
 
 _Entry = tuple["weakref.ref[torch.Tensor]", deque]
 _history: dict[int, _Entry] = {}
+# storage address -> key in _history: a saved output unpacks (``_raw_saved_result.data``) to a
+# new tensor object over the same storage, so it is found by its storage.
+_by_storage: dict[int, int] = {}
 _lock = threading.Lock()
 _names: dict[Any, str | None] = {}  # func -> its name when the name says "mutates", else None
 
@@ -72,10 +75,19 @@ def _key_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return base if base is not None else tensor
 
 
-def _drop(key: int, ref: weakref.ref) -> None:
+def _storage_address(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # sparse, meta, tensor subclasses without storage
+        return 0
+
+
+def _drop(key: int, ref: weakref.ref, address: int) -> None:
     entry = _history.get(key)
     if entry is not None and entry[0] is ref:
         _history.pop(key, None)
+        if address and _by_storage.get(address) == key:
+            _by_storage.pop(address, None)
 
 
 def record(tensor: torch.Tensor, op: str, source: dict[str, Any] | None) -> None:
@@ -91,19 +103,28 @@ def record(tensor: torch.Tensor, op: str, source: dict[str, Any] | None) -> None
         with _lock:
             entry = _history.get(key)
             if entry is None or entry[0]() is not target:
-                ref = weakref.ref(target, lambda r, k=key: _drop(k, r))
+                address = _storage_address(target)
+                ref = weakref.ref(target, lambda r, k=key, a=address: _drop(k, r, a))
                 entry = (ref, deque(maxlen=HISTORY_LIMIT))
                 _history[key] = entry
+                if address:
+                    _by_storage[address] = key
     entry[1].append(item)
 
 
 def history(tensor: torch.Tensor) -> list[dict[str, Any]]:
-    """Recorded in-place modifications of ``tensor`` (or any view of its base), oldest first."""
+    """Recorded in-place modifications of ``tensor`` (or any view of its base, or another
+    tensor object over the same storage), oldest first."""
     try:
         target = _key_tensor(tensor)
         entry = _history.get(id(target))
         if entry is None or entry[0]() is not target:
-            return []
+            address = _storage_address(target)
+            key = _by_storage.get(address) if address else None
+            entry = _history.get(key) if key is not None else None
+            owner = entry[0]() if entry is not None else None
+            if owner is None or _storage_address(owner) != address:
+                return []
         return [dict(item) for item in list(entry[1])]
     except Exception:
         return []
