@@ -132,7 +132,7 @@ class EventRules:
             found.append(self._inplace(info, event, modified, error))
         if not error:
             if info is not None and not info.retain and any(
-                s.get("status") in ("alive", "freed") for s in saved
+                s.get("status") in ("alive", "freed", "packed") for s in saved
             ):
                 self.freed_by[node_id] = info.number
                 self.freed_by.move_to_end(node_id)
