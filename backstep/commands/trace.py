@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -39,10 +38,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         check_script(args.script)
     except ScriptMissing as exc:
-        print(f"{os.path.basename(sys.executable)}: {exc}", file=sys.stderr)
-        recorder.emit({"event": "exit", "code": 2, "traceback": None})
+        print(f"backstep trace: {exc}", file=sys.stderr)
+        recorder.emit({"event": "exit", "code": exc.code, "traceback": None})
         stream.close()
-        return 2
+        return exc.code
 
     def on_exit(code: int, traceback: str | None) -> None:
         recorder.emit({"event": "exit", "code": code, "traceback": traceback})

@@ -62,6 +62,7 @@ class Pass:
         self.has_post = False
         self.options: dict[str, Any] = {}
         self.announced_stop = False
+        self.annotated = False
         self.held: dict[int, tuple[Any, Any]] = {}  # node id -> (grad_outputs, grad_inputs)
 
 
@@ -87,6 +88,8 @@ class Capture:
         self._retained: dict[int, Any] = {}  # id -> weakref of tensors that called retain_grad
         self._live: dict[int, Pass] = {}
         self._retained_graphs = 0  # retain_graph passes whose graph is still alive
+        # provenance's annotate(roots): completes source/module tags before they are read
+        self.annotate: Any = None
         if controller is not None:
             controller.tensor_lookup = self._tensor_values
 
@@ -198,6 +201,8 @@ class Capture:
                      "inputs": input_ids}
         if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
             self._name_leaves(p)
+        if live and controller is not None and controller.breakpoints.module_globs:
+            self._annotate(p)
         if p.record:
             for i in p.before:
                 variable = graph.nodes[i].variable
@@ -226,6 +231,7 @@ class Capture:
         if p.announced:
             return
         p.announced = True
+        self._annotate(p)
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
@@ -240,6 +246,15 @@ class Capture:
                 "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
             }
         )
+
+    def _annotate(self, p: Pass) -> None:
+        if self.annotate is None or p.annotated:
+            return
+        p.annotated = True
+        try:
+            self.annotate(p.graph.nodes[: len(p.options.get("roots") or ())] or p.graph.nodes[:1])
+        except Exception:  # noqa: BLE001 - provenance is informative only
+            pass
 
     def _name_leaves(self, p: Pass) -> None:
         graph = p.graph

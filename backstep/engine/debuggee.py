@@ -96,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_script(args.script)
     except ScriptMissing as exc:
-        print(f"{os.path.basename(sys.executable)}: {exc}", file=sys.stderr)
-        sink.emit({"event": "exit", "code": 2, "traceback": None})
+        print(f"backstep run: {exc}", file=sys.stderr)
+        sink.emit({"event": "exit", "code": exc.code, "traceback": None})
         channel.close()
-        return 2
+        return exc.code
     controller = Controller(sink.emit, start.get("breakpoints") or [],
                             start.get("stop_at_pass_start", True))
     reader = threading.Thread(target=_read_commands, args=(channel, controller),

@@ -7,47 +7,52 @@ a person sees is the one plain Python prints; the exit code follows Python's rul
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
 import os
 import runpy
 import signal
 import sys
+import types
 from collections.abc import Callable
 from types import TracebackType
 
-from backstep.engine.naming import is_internal
-
-try:
-    import torch.overrides as _torch_overrides
-
-    _OVERRIDES_FILE = _torch_overrides.__file__
-except ImportError:  # pragma: no cover - torch is always there in a debuggee
-    _OVERRIDES_FILE = ""
-
 _BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_OVERRIDES = _OVERRIDES_FILE
 
 
 class ScriptMissing(Exception):
-    """The script cannot be opened; ``str()`` is Python's own message for it."""
+    """The script cannot be opened; ``str()`` is Python's own message for it, ``code`` the
+    exit status python gives it."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def check_script(path: str) -> None:
     """Raise ScriptMissing with Python's wording if ``python path`` could not even start."""
     absolute = os.path.abspath(path)
     if not os.path.exists(path):
-        raise ScriptMissing(f"can't open file {absolute!r}: [Errno 2] No such file or directory")
+        raise ScriptMissing(f"can't open file {absolute!r}: [Errno 2] No such file or directory", 2)
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "__main__.py")):
-        raise ScriptMissing(f"can't find '__main__' module in {path!r}")
+        raise ScriptMissing(f"can't find '__main__' module in {absolute!r}", 1)
 
 
-def _hidden(filename: str) -> bool:
+def _torch_dir() -> str | None:
+    """torch's package directory, if the script imported torch (never imports it here)."""
+    torch = sys.modules.get("torch")
+    file = getattr(torch, "__file__", None)
+    return os.path.dirname(file) + os.sep if file else None
+
+
+def _hidden(filename: str, torch_dir: str | None) -> bool:
     """Frames plain ``python script.py`` would not show: backstep's, runpy's, and torch's
     ``__torch_function__`` dispatch (provenance's mode routes calls through it)."""
     return (
         filename.startswith(_BACKSTEP_DIR)
         or filename == "<frozen runpy>"
         or filename.endswith(os.sep + "runpy.py")
-        or filename == _OVERRIDES
+        or (torch_dir is not None and filename == torch_dir + "overrides.py")
     )
 
 
@@ -55,10 +60,16 @@ def _strip(tb: TracebackType | None) -> TracebackType | None:
     """The traceback as plain Python would have it: hidden frames removed, and a function
     re-entered through torch-function dispatch shown once."""
     kept: list[TracebackType] = []
+    torch_dir = _torch_dir()
     while tb is not None:
         code = tb.tb_frame.f_code
-        if not _hidden(code.co_filename):
-            if kept and kept[-1].tb_frame.f_code is code and is_internal(code.co_filename):
+        if not _hidden(code.co_filename, torch_dir):
+            if (
+                kept
+                and kept[-1].tb_frame.f_code is code
+                and torch_dir is not None
+                and code.co_filename.startswith(torch_dir)
+            ):
                 kept[-1] = tb
             else:
                 kept.append(tb)
@@ -108,7 +119,7 @@ def run_script(
     text = None
     interrupted = False
     try:
-        runpy.run_path(path, run_name="__main__")
+        _run_main(path)
     except SystemExit as exc:
         code = exit_code(exc)
     except KeyboardInterrupt as exc:
@@ -128,6 +139,41 @@ def run_script(
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return code
+
+
+def _run_main(path: str) -> None:
+    """Execute the script as python's own ``python path`` does.
+
+    A file is compiled under its absolute path (tracebacks and ``__file__`` show it so) and run
+    in a fresh ``__main__`` module; ``sys.argv[0]`` stays as typed. A directory or zip archive
+    with a ``__main__.py`` goes through runpy, as python does for those.
+    """
+    if not os.path.isfile(path) or _is_zip(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    absolute = os.path.abspath(path)
+    with open(absolute, "rb") as handle:
+        source = handle.read()
+    if b"\0" in source:
+        raise SyntaxError("source code cannot contain null bytes", (absolute, 1, None, ""))
+    code = compile(source, absolute, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=absolute, __cached__=None, __package__=None, __spec__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", absolute),
+    )
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
 
 
 def _report(exc: BaseException) -> str:

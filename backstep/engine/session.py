@@ -1,53 +1,114 @@
-"""What every debuggee does around the user's script: announce the session, install capture and
-provenance, and make sure events reach their sink even when the script ends with ``os._exit``."""
+"""What every debuggee does around the user's script: announce the session, arm capture and
+provenance, and make sure events reach their sink even when the script ends with ``os._exit``.
+
+Nothing here imports torch. Capture is armed the moment the script's own ``import torch``
+finishes (a post-import hook), so a script sees torch's import — its warnings included — at the
+same moment and in the same way as under plain python, and a script without torch never loads it.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from backstep import protocol
-from backstep.engine.capture import Capture
-from backstep.engine.controller import Controller
 from backstep.engine.recorder import Sink
 
 
 def session_event(argv: list[str]) -> dict[str, Any]:
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
     return {
         "event": "session",
         "version": protocol.VERSION,
-        "torch": torch.__version__,
+        "torch": torch_version,
         "argv": list(argv),
         "pid": os.getpid(),
         "python": sys.version.split()[0],
     }
 
 
-class Session:
-    """Capture (and provenance, unless turned off) installed for the life of a script."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callback`` once, right after the top-level ``torch`` package has executed."""
 
-    def __init__(self, sink: Sink, controller: Controller | None = None, *, record: bool = True,
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self._busy = False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        loader, watcher = spec.loader, self
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            loader.exec_module = original  # type: ignore[method-assign]
+            watcher.remove()
+            watcher.callback()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+
+class Session:
+    """Capture (and provenance, unless turned off) armed for the life of a script."""
+
+    def __init__(self, sink: Sink, controller: Any = None, *, record: bool = True,
                  source: bool = True) -> None:
         self.sink = sink
-        self.capture = Capture(sink, controller, record=record)
+        self.controller = controller
+        self.record = record
+        self.source = source
+        self.capture: Any = None
         self.provenance: Any = None
-        if source:
-            try:
-                from backstep.engine.provenance import Provenance
-
-                self.provenance = Provenance()
-            except ImportError:
-                self.provenance = None
+        self._watcher: _AfterImport | None = None
         self._real_exit: Callable[[int], Any] | None = None
 
-    def __enter__(self) -> Session:
+    def arm(self) -> None:
+        """Install capture and provenance (torch is imported by now)."""
+        if self.capture is not None:
+            return
+        from backstep.engine.capture import Capture
+
+        self.capture = Capture(self.sink, self.controller, record=self.record)
         self.capture.install()
-        if self.provenance is not None:
+        if self.source:
+            from backstep.engine.provenance import Provenance, annotate
+
+            self.provenance = Provenance()
             self.provenance.install()
+            self.capture.annotate = annotate
+
+    def __enter__(self) -> Session:
+        if "torch" in sys.modules:
+            self.arm()
+        else:
+            self._watcher = _AfterImport(self.arm)
+            self._watcher.install()
         self._real_exit = os._exit
         real_exit, sink = os._exit, self.sink
 
@@ -62,7 +123,10 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         if self._real_exit is not None:
             os._exit = self._real_exit
+        if self._watcher is not None:
+            self._watcher.remove()
         if self.provenance is not None:
             self.provenance.uninstall()
-        self.capture.uninstall()
+        if self.capture is not None:
+            self.capture.uninstall()
         self.sink.flush()

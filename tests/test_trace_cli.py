@@ -1,0 +1,146 @@
+"""``backstep trace`` behaves exactly like ``python script.py``: same output, same exit code,
+same error messages — and always leaves a valid trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning"}
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env=ENV)
+
+
+def compare(tmp_path: Path, target: str, *args: str) -> tuple[subprocess.CompletedProcess, list]:
+    """Run plain python and backstep trace side by side; return the trace's result + events."""
+    out = tmp_path / "run.jsonl"
+    plain = start([sys.executable, target, *args], tmp_path)
+    traced = start([sys.executable, "-m", "backstep", "trace", "-o", str(out), target, *args],
+                   tmp_path)
+    p_out, p_err = plain.communicate(timeout=120)
+    t_out, t_err = traced.communicate(timeout=120)
+    assert t_out == p_out
+    assert _same_words(t_err) == _same_words(p_err)
+    assert traced.returncode == plain.returncode
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert events[0]["event"] == "session", "every trace starts with its session"
+    result = subprocess.CompletedProcess(traced.args, traced.returncode, t_out, t_err)
+    return result, events
+
+
+def _same_words(stderr: str) -> str:
+    """python names itself by its own argv[0] before "can't open file"; compare the rest."""
+    return "\n".join(
+        line.split(": ", 1)[1] if ": can't " in line else line for line in stderr.splitlines()
+    )
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return name
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event"] for e in events]
+
+
+def test_sample_trace_and_script_environment(tmp_path: Path) -> None:
+    target = script(tmp_path, "train.py", """\
+        import os, sys
+        import torch
+        print(sys.argv, __name__, os.path.basename(sys.path[0]), os.path.basename(__file__))
+        x = torch.tensor(2.0, requires_grad=True)
+        y = torch.tensor(3.0, requires_grad=True)
+        out = (x * y + x) ** 2
+        out.backward()
+        print(x.grad.item(), y.grad.item())
+    """)
+    result, events = compare(tmp_path, target, "--lr", "0.1")
+    assert "['train.py', '--lr', '0.1'] __main__" in result.stdout
+    assert "64.0 32.0" in result.stdout
+    assert kinds(events)[:2] == ["session", "pass_begin"]
+    assert kinds(events)[-2:] == ["pass_end", "exit"]
+    nodes = [e for e in events if e["event"] == "node"]
+    assert [n["name"] for n in nodes][:3] == ["PowBackward0", "AddBackward0", "MulBackward0"]
+    begin = events[1]
+    assert begin["nodes"][0]["source"]["line"] == 6
+    assert begin["caller"]["code"] == "out.backward()"
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ("raise ValueError('bad data')\n", 1),
+        ("import sys\nprint('bye')\nsys.exit(3)\n", 3),
+        ("import sys\nsys.exit('fatal: no data')\n", 1),
+        ("import os, sys\nprint('x', flush=True)\nos._exit(4)\n", 4),
+        ("def broken(:\n    pass\n", 1),
+        ("print('no backward here')\n", 0),
+    ],
+    ids=["raises", "sys-exit-3", "sys-exit-text", "os-exit-4", "syntax-error", "no-backward"],
+)
+def test_scripts_that_end_badly(tmp_path: Path, body: str, code: int) -> None:
+    target = script(tmp_path, "job.py", body)
+    result, events = compare(tmp_path, target)
+    assert result.returncode == code
+    assert "pass_begin" not in kinds(events)
+    assert kinds(events)[-1] == "exit" and events[-1]["code"] == code
+
+
+def test_backward_error_reaches_the_script_unchanged(tmp_path: Path) -> None:
+    target = script(tmp_path, "twice.py", """\
+        import torch
+        x = torch.ones(2, requires_grad=True)
+        y = (x * x).sum()
+        y.backward()
+        y.backward()
+    """)
+    result, events = compare(tmp_path, target)
+    assert result.returncode == 1 and "Trying to backward through the graph" in result.stderr
+    ends = [e for e in events if e["event"] == "pass_end"]
+    assert [e["status"] for e in ends] == ["ok", "error"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "binary"])
+def test_bad_targets(tmp_path: Path, kind: str) -> None:
+    if kind == "missing":
+        target = "nope.py"
+    elif kind == "directory":
+        (tmp_path / "pkg").mkdir()
+        target = "pkg"
+    else:
+        (tmp_path / "data.bin").write_bytes(bytes(range(256)) * 4)
+        target = "data.bin"
+    result, events = compare(tmp_path, target)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert kinds(events)[0] == "session" and "pass_begin" not in kinds(events)
+
+
+def test_unwritable_output_fails_before_the_script_runs(tmp_path: Path) -> None:
+    target = script(tmp_path, "job.py", "open('ran', 'w').write('yes')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "backstep", "trace", "-o", str(tmp_path / "no" / "t.jsonl"),
+         target],
+        cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "cannot write" in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_script_without_torch_never_loads_it(tmp_path: Path) -> None:
+    target = script(tmp_path, "plain.py", "import sys\nprint('torch' in sys.modules)\n")
+    result, _ = compare(tmp_path, target)
+    assert result.stdout == "False\n"
