@@ -23,6 +23,8 @@ MAX_RETAINED = 64  # retain_graph passes whose graph is watched for reuse
 NONFINITE_PER_PASS = 3
 _SECOND_TIME = "backward through the graph a second time"
 _INPLACE = "modified by an inplace operation"
+_HELD = frozenset({"alive", "freed", "packed"})  # statuses of tensors a pass frees
+_NO_STATUS: frozenset[str] = frozenset()
 _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
 
@@ -120,28 +122,30 @@ class EventRules:
     # -- node events -------------------------------------------------------------------------
     def _node(self, event: dict[str, Any]) -> list[Found]:
         info = self.passes.get(event.get("pass", 0))
-        node_id = event.get("id")
-        saved = event.get("saved") or []
-        error = event.get("error") or ""
+        saved = event.get("saved") or ()
+        error = event.get("error")
+        statuses = {s.get("status") for s in saved} if saved else _NO_STATUS
+        if not error and "modified" not in statuses:  # the common case: one pass over `saved`
+            if info is not None and not info.retain and not statuses.isdisjoint(_HELD):
+                self._remember_freed(event.get("id"), info.number)
+            hit = self._nonfinite(info, event)
+            return [hit] if hit is not None else []
+        error = error or ""
         found: list[Found] = []
-        freed = any(s.get("status") == "freed" for s in saved)
-        if error and (_SECOND_TIME in error or (freed and _INPLACE not in error)):
-            found.append(self._graph_freed(info, event, saved, error))
+        if _SECOND_TIME in error or ("freed" in statuses and _INPLACE not in error):
+            found.append(self._graph_freed(info, event, list(saved), error))
         modified = [s for s in saved if s.get("status") == "modified"]
         if modified or _INPLACE in error:
             found.append(self._inplace(info, event, modified, error))
-        if not error:
-            if info is not None and not info.retain and any(
-                s.get("status") in ("alive", "freed", "packed") for s in saved
-            ):
-                self.freed_by[node_id] = info.number
-                self.freed_by.move_to_end(node_id)
-                while len(self.freed_by) > MAX_FREED:
-                    self.freed_by.popitem(last=False)
-            hit = self._nonfinite(info, event)
-            if hit is not None:
-                found.append(hit)
         return found
+
+    def _remember_freed(self, node_id: int, number: int) -> None:
+        freed_by = self.freed_by
+        freed_by.pop(node_id, None)  # re-inserted last: the oldest entries go first
+        freed_by[node_id] = number
+        if len(freed_by) > MAX_FREED:
+            for _ in range(len(freed_by) - MAX_FREED):
+                freed_by.popitem(last=False)
 
     def _graph_freed(self, info: PassInfo | None, event: dict[str, Any],
                      saved: list[dict[str, Any]], error: str) -> Found:
@@ -223,13 +227,15 @@ class EventRules:
             return None
         if info.origins >= NONFINITE_PER_PASS:
             return None
-        bad_in = _count(incoming)
         bad_out = _count(outgoing)
         node_id = event.get("id")
-        name = event.get("name") or "a node"
-        _, source = self._node_info(info, node_id)
+        if not bad_out and node_id not in info.roots:
+            return None  # the common case: nothing non-finite leaves this node
+        bad_in = _count(incoming)
         if bad_in is None:
             return None
+        name = event.get("name") or "a node"
+        _, source = self._node_info(info, node_id)
         if bad_in and node_id in info.roots and info.origins == 0:
             info.origins += 1
             message = (
