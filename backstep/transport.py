@@ -65,9 +65,11 @@ class Channel:
                 return
 
     def close(self) -> None:
+        """Close from any thread: shutting the socket down first wakes a reader blocked in
+        ``receive`` (closing its buffered file first would wait on that reader's lock)."""
         self.closed = True
-        for closer in (self._file.close, lambda: self.sock.shutdown(socket.SHUT_RDWR),
-                       self.sock.close):
+        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
+                       self._file.close):
             try:
                 closer()
             except OSError:

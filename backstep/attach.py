@@ -1,0 +1,270 @@
+"""``backstep.attach()``: arm the debugger from inside a running script.
+
+The user's process is the debuggee. ``attach`` returns at once; the next backward pass stops
+inside a backward hook. The UI runs as a child process on the same terminal (Textual needs its own
+main thread), and while it is up the script's fds 1 and 2 — C-level writes included — go through
+pipes to its console panel. When the person quits, or the UI dies, or its terminal closes, the
+hooks are removed, the fds restored (with anything the UI had not shown yet), and the script runs
+on undisturbed. With no terminal, ``attach`` says so in one line and lets the script run; with
+``trace=`` (or BACKSTEP_TRACE) it records a trace instead of opening the UI.
+
+Nothing here imports torch until a UI or a trace is actually armed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from backstep import protocol, transport
+
+_lock = threading.RLock()
+_current: _Attachment | None = None
+CONNECT_TIMEOUT = 30.0
+
+
+def attach(
+    *,
+    breakpoints: Sequence[dict[str, Any] | str] = (),
+    stop_at_pass_start: bool = True,
+    source: bool = True,
+    trace: str | None = None,
+) -> None:
+    """Arm backstep in this process; harmless when it is already armed.
+
+    ``breakpoints`` take the dict form of ``protocol`` or the command-line form
+    (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
+    """
+    global _current
+    with _lock:
+        if _current is not None and _current.active:
+            return
+        parsed = [protocol.parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
+        protocol.validate_breakpoints(parsed)
+        trace = trace or os.environ.get("BACKSTEP_TRACE") or None
+        if trace:
+            _current = _TraceAttachment(trace, source)
+        elif not (os.isatty(0) and os.isatty(1)):
+            print("backstep: no terminal to open the debugger on; the script continues without it "
+                  "(set BACKSTEP_TRACE=run.jsonl to record a trace instead)", file=sys.stderr)
+            return
+        else:
+            _current = _UIAttachment(parsed, stop_at_pass_start, source)
+        try:
+            _current.start()
+        except Exception as exc:  # noqa: BLE001 - attaching must never break the script
+            print(f"backstep: could not attach: {exc}", file=sys.stderr)
+            _current.stop()
+            _current = None
+
+
+def detach() -> None:
+    """Disarm: hooks removed, fds restored, the UI closed."""
+    with _lock:
+        if _current is not None:
+            _current.stop()
+
+
+@contextlib.contextmanager
+def attached(**options: Any) -> Iterator[None]:
+    """Arm backstep for the ``with`` block only."""
+    attach(**options)
+    try:
+        yield
+    finally:
+        detach()
+
+
+class _Attachment:
+    """Capture and provenance installed in this process for as long as it is active."""
+
+    def __init__(self, source: bool) -> None:
+        self.source = source
+        self.active = False
+        self.capture: Any = None
+        self.provenance: Any = None
+
+    def _arm(self, sink: Any, controller: Any, record: bool) -> None:
+        from backstep.engine.capture import Capture
+
+        self.capture = Capture(sink, controller, record=record)
+        self.capture.install()
+        if self.source:
+            from backstep.engine.provenance import Provenance, annotate
+
+            self.provenance = Provenance()
+            self.provenance.install()
+            self.capture.annotate = annotate
+        self.active = True
+
+    def _disarm(self) -> None:
+        self.active = False
+        if self.provenance is not None:
+            self.provenance.uninstall()
+            self.provenance = None
+        if self.capture is not None:
+            self.capture.uninstall()
+            self.capture = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class _TraceAttachment(_Attachment):
+    """No UI: every pass from here on is recorded to a JSON-lines file."""
+
+    def __init__(self, path: str, source: bool) -> None:
+        super().__init__(source)
+        self.path = path
+        self.stream: Any = None
+        self.recorder: Any = None
+
+    def start(self) -> None:
+        from backstep.engine.recorder import JsonlRecorder
+        from backstep.engine.session import session_event
+
+        self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
+        self.recorder = JsonlRecorder(self.stream)
+        self.recorder.emit(session_event(list(sys.argv)))
+        self._arm(self.recorder, None, record=True)
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self.stream is None:
+            return
+        self._disarm()
+        self.recorder.flush()
+        self.stream.close()
+        self.stream = None
+
+
+class _UIAttachment(_Attachment):
+    """The live UI in a child process on this terminal, console pipes in between."""
+
+    def __init__(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,
+                 source: bool) -> None:
+        super().__init__(source)
+        self.breakpoints = breakpoints
+        self.stop_at_pass_start = stop_at_pass_start
+        self.listener: transport.Listener | None = None
+        self.channel: transport.Channel | None = None
+        self.process: subprocess.Popen | None = None
+        self.controller: Any = None
+        self.saved_fds: dict[int, int] = {}  # fd -> a duplicate of what it was before
+        self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (read end, write end)
+        self._restore_lock = threading.Lock()
+
+    def start(self) -> None:
+        self.listener = transport.Listener()
+        for fd in (1, 2):
+            self.pipes[fd] = os.pipe()
+        read_ends = [self.pipes[1][0], self.pipes[2][0]]
+        self.saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
+        options = {"breakpoints": self.breakpoints, "stop_at_pass_start": self.stop_at_pass_start,
+                   "source": self.source}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "backstep.attach_ui", "--console", f"{read_ends[0]},"
+             f"{read_ends[1]}", "--options", json.dumps(options)],
+            stdin=0, stdout=self.saved_fds[1], stderr=self.saved_fds[2],
+            pass_fds=read_ends, env={**os.environ, **self.listener.environment()},
+        )
+        self.channel = self.listener.accept(CONNECT_TIMEOUT)
+        if self.channel is None:
+            raise RuntimeError("the debugger UI did not start")
+        start = self._wait_for_start(self.channel)
+        if start is None:
+            raise RuntimeError("the debugger UI closed before it started")
+        from backstep.engine.controller import Controller
+        from backstep.engine.debuggee import ChannelSink
+        from backstep.engine.session import session_event
+
+        sink = ChannelSink(self.channel)
+        sink.emit(session_event(list(sys.argv)))
+        self.controller = Controller(sink.emit, start.get("breakpoints") or [],
+                                     start.get("stop_at_pass_start", True))
+        self._arm(sink, self.controller, record=False)
+        self._redirect()
+        threading.Thread(target=self._serve, name="backstep-attach", daemon=True).start()
+        atexit.register(self._at_exit)
+
+    @staticmethod
+    def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
+        from backstep.engine.debuggee import _wait_for_start
+
+        return _wait_for_start(channel)
+
+    def _redirect(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, (_, write_end) in self.pipes.items():
+            os.dup2(write_end, fd)
+            os.close(write_end)
+
+    def _serve(self) -> None:
+        from backstep.engine.debuggee import _read_commands
+
+        assert self.channel is not None
+        _read_commands(self.channel, self.controller)  # returns when the UI is gone
+        self.stop()
+
+    def stop(self) -> None:
+        """Restore everything; safe from any thread, any number of times."""
+        with self._restore_lock:
+            if self.controller is not None:
+                self.controller.close()
+            self._disarm()
+            self._restore_fds()
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
+            if self.listener is not None:
+                self.listener.close()
+                self.listener = None
+        if self.process is not None and threading.current_thread() is not threading.main_thread():
+            with contextlib.suppress(Exception):
+                self.process.wait(timeout=5)
+
+    def _restore_fds(self) -> None:
+        if not self.saved_fds:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, saved in self.saved_fds.items():
+            os.dup2(saved, fd)
+        # what the script wrote that the UI never showed still reaches the terminal
+        for fd, (read_end, _) in self.pipes.items():
+            os.set_blocking(read_end, False)
+            with contextlib.suppress(OSError):
+                while chunk := os.read(read_end, 65536):
+                    os.write(fd, chunk)
+            with contextlib.suppress(OSError):
+                os.close(read_end)
+        for saved in self.saved_fds.values():
+            with contextlib.suppress(OSError):
+                os.close(saved)
+        self.saved_fds = {}
+        self.pipes = {}
+
+    def _at_exit(self) -> None:
+        """The script is ending with the UI still up: let the person read it, then restore."""
+        channel = self.channel
+        if channel is not None and self.process is not None and self.process.poll() is None:
+            # an uncaught exception has been printed and left in sys.last_value by now;
+            # sys.exit(N)'s N is not visible to atexit handlers, so a clean end reads as 0
+            code = 1 if getattr(sys, "last_value", None) is not None else 0
+            channel.send({"event": "exit", "code": code, "traceback": None})
+            with contextlib.suppress(Exception):
+                self.process.wait()
+        self.stop()

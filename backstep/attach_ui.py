@@ -1,0 +1,105 @@
+"""The UI child of ``backstep.attach()``: the same app as ``backstep run``, other plumbing.
+
+Started by the user's process as ``python -m backstep.attach_ui --console R1,R2 --options JSON``
+with BACKSTEP_SOCKET/BACKSTEP_TOKEN set, on the user's terminal. It connects to the script,
+sends ``start`` with the options ``attach()`` was given, shows the script's output read from the
+console pipes R1 (stdout) and R2 (stderr), and on quit tells the script to detach. Never imports
+torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from backstep import transport
+
+if TYPE_CHECKING:
+    from backstep.tui.app import BackstepApp
+
+
+def pump(fd: int, name: str, app: BackstepApp) -> None:
+    """Forward one console pipe to the app as it is written, until EOF."""
+    from backstep.tui.messages import ConsoleOutput
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        text = decoder.decode(chunk, final=not chunk)
+        if text:
+            app.post_message(ConsoleOutput(text, name))
+        if not chunk:
+            return
+
+
+class AttachLink:
+    """The app's way back to the script that attached it."""
+
+    def __init__(self, console: list[int]) -> None:
+        self.console = console
+        self.channel: transport.Channel | None = None
+
+    def open(self, app: BackstepApp) -> None:
+        for fd, name in zip(self.console, ("stdout", "stderr"), strict=False):
+            threading.Thread(target=pump, args=(fd, name, app), name=f"backstep-{name}",
+                             daemon=True).start()
+        threading.Thread(target=self._serve, args=(app,), name="backstep-link",
+                         daemon=True).start()
+
+    def _serve(self, app: BackstepApp) -> None:
+        from backstep.tui.messages import Disconnected, ServerError
+
+        path = os.environ.pop(transport.ENV_SOCKET, "")
+        token = os.environ.pop(transport.ENV_TOKEN, "")
+        try:
+            self.channel = transport.connect(path, token)
+        except OSError as exc:
+            app.post_message(ServerError(f"could not reach the script: {exc}"))
+            app.post_message(Disconnected(None))
+            return
+        self.channel.send(app.start_message())
+        app.reader.run(self.channel)
+        app.post_message(Disconnected(None))
+
+    def send(self, message: dict[str, Any]) -> bool:
+        return self.channel.send(message) if self.channel is not None else False
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.send({"cmd": "detach"})
+            self.channel.close()
+
+    def returncode(self) -> int | None:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="backstep-attach-ui")
+    parser.add_argument("--console", default="", help="read ends of the stdout,stderr pipes")
+    parser.add_argument("--options", default="{}", help="attach() options as JSON")
+    args = parser.parse_args(argv)
+    options = json.loads(args.options)
+    console = [int(fd) for fd in args.console.split(",") if fd]
+    from backstep.tui.app import BackstepApp
+
+    link = AttachLink(console)
+    app = BackstepApp(link, breakpoints=list(options.get("breakpoints", [])),
+                      stop_at_pass_start=bool(options.get("stop_at_pass_start", True)),
+                      source=bool(options.get("source", True)))
+    try:
+        app.run()
+    finally:
+        link.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``backstep.attach()`` and ``breakpoint()`` from inside a running script, in a real
+pseudo-terminal: the UI opens at the first node, hands the terminal back on quit, and the script
+carries on with correct gradients; without a terminal attach() never hangs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_run_e2e import Pty
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+
+SCRIPT = textwrap.dedent("""\
+    import torch
+    import backstep
+    x = torch.tensor(2.0, requires_grad=True)
+    y = torch.tensor(3.0, requires_grad=True)
+    print("training starts")
+    {arm}
+    out = (x * y + x) ** 2
+    out.backward()
+    print("final grads", x.grad.item(), y.grad.item())
+""")
+
+
+def run_in_pty(tmp_path: Path, arm: str, env: dict[str, str] | None = None) -> Pty:
+    (tmp_path / "train.py").write_text(SCRIPT.format(arm=arm))
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        return Pty(["train.py"], tmp_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.mark.parametrize(
+    "arm, env",
+    [("backstep.attach()", {}), ("breakpoint()", {"PYTHONBREAKPOINT": "backstep.attach"})],
+    ids=["attach", "breakpoint"],
+)
+def test_attach_stops_finishes_and_hands_back(tmp_path: Path, arm: str, env: dict) -> None:
+    session = run_in_pty(tmp_path, arm, env)
+    try:
+        screen = session.expect(r"before PowBackward0", timeout=90)
+        assert "training starts" in screen  # the script's output before the UI came up
+        session.press("f")
+        session.expect(r"finish|pass 1 .*done|AccumulateGrad", timeout=30)
+        session.press("q")
+        assert session.wait(60) == 0
+        session.pump(0.5)
+        tail = session.raw.decode(errors="replace")
+        assert "final grads 64.0 32.0" in tail.split("before PowBackward0")[-1]
+    finally:
+        session.kill()
+
+
+def test_no_terminal_returns_promptly(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT.format(arm="backstep.attach()"))
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    assert proc.stdout == "training starts\nfinal grads 64.0 32.0\n"
+    assert "no terminal" in proc.stderr and proc.stderr.count("backstep:") == 1
+
+
+def test_trace_instead_of_ui(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT.format(arm="backstep.attach(trace='run.jsonl')"))
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "final grads 64.0 32.0" in proc.stdout
+    lines = (tmp_path / "run.jsonl").read_text().splitlines()
+    assert '"event":"session"' in lines[0] and any('"PowBackward0"' in line for line in lines)
