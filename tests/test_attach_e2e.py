@@ -77,3 +77,46 @@ def test_trace_instead_of_ui(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "final grads 64.0 32.0" in proc.stdout
     lines = (tmp_path / "run.jsonl").read_text().splitlines()
     assert '"event":"session"' in lines[0] and any('"PowBackward0"' in line for line in lines)
+
+
+def test_ui_dying_never_blocks_the_script(tmp_path: Path) -> None:
+    import signal
+
+    from tests.test_run_e2e import children_of
+
+    session = run_in_pty(tmp_path, "backstep.attach()")
+    try:
+        session.expect(r"before PowBackward0", timeout=90)
+        (ui,) = children_of(session.pid)
+        os.kill(ui, signal.SIGKILL)  # the UI crashes while the script is paused in a hook
+        assert session.wait(60) == 0
+        session.pump(0.5)
+        assert "final grads 64.0 32.0" in session.raw.decode(errors="replace")
+    finally:
+        session.kill()
+
+
+def test_attach_twice_is_harmless_and_reopens_after_quit(tmp_path: Path) -> None:
+    body = textwrap.dedent("""\
+        import torch
+        import backstep
+        w = torch.ones(2, requires_grad=True)
+        for step in range(2):
+            backstep.attach()
+            backstep.attach()
+            (w * w).sum().backward()
+            print("step", step, w.grad.tolist())
+    """)
+    (tmp_path / "loop.py").write_text(body)
+    session = Pty(["loop.py"], tmp_path)
+    try:
+        session.expect(r"before SumBackward0", timeout=90)
+        session.press("q")
+        session.expect(r"step 0 \[2\.0, 2\.0\]", timeout=30)
+        session.expect(r"before SumBackward0", timeout=60)  # the second attach opens it again
+        session.press("q")
+        assert session.wait(60) == 0
+        session.pump(0.5)
+        assert "step 1 [4.0, 4.0]" in session.raw.decode(errors="replace")
+    finally:
+        session.kill()
