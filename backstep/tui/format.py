@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -112,40 +112,4 @@ def values_text(summary: Summary | None, limit: int = 16) -> Text | None:
         text.append_text(num(v))
     if len(values) > limit:
         text.append(", …", style="dim")
-    return text
-
-
-def bar_chart(norms: Mapping[str, float], width: int = 24, names: Iterable[str] | None = None) -> Text:
-    """Horizontal bars of gradient norm per parameter; log scale when they span decades."""
-    items = [(n, norms[n]) for n in (names if names is not None else norms) if n in norms]
-    if not items:
-        return Text("no leaf gradients yet", style="dim")
-    finite = [v for _, v in items if math.isfinite(v) and v > 0]
-    log = bool(finite) and max(finite) / min(finite) > 100
-    top = max(finite, default=1.0)
-    low = min(finite, default=1.0)
-    label_width = min(24, max(len(n) for n, _ in items))
-    text = Text()
-    if log:
-        text.append("log scale\n", style="dim")
-    for name, value in items:
-        text.append(name[-label_width:].ljust(label_width) + " ")
-        if not math.isfinite(value):
-            text.append("NaN/Inf".ljust(width), style="bold white on red")
-        else:
-            if value <= 0:
-                frac = 0.0
-            elif log:
-                span = math.log10(top) - math.log10(low)
-                frac = 0.05 + 0.95 * (math.log10(value) - math.log10(low)) / span if span else 1.0
-            else:
-                frac = value / top if top else 0.0
-            cells = frac * width
-            full = int(cells)
-            partial = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < width else ""
-            text.append(("█" * full + partial.strip()).ljust(width), style="magenta")
-        text.append(" ")
-        text.append_text(num(value))
-        text.append("\n")
-    text.rstrip()
     return text

@@ -18,7 +18,6 @@ from backstep.tui.format import GLYPHS
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.model import PassView, Snapshot
 
-
 OPEN_ALL_BELOW = 200  # graphs this small start fully open
 
 

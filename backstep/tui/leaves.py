@@ -1,25 +1,32 @@
-"""The leaves panel: each leaf's .grad before this pass and now, and gradient flow per parameter."""
+"""The leaves panel: each leaf's .grad before this pass and now, and gradient flow per parameter.
+
+A DataTable renders only the rows in view, so a model with thousands of parameters costs the
+same to show as one with three; each row ends in a bar of its gradient norm (log scale when the
+norms span more than two decades): the gradient-flow picture people otherwise draw by hand.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+import math
+from collections.abc import Mapping
 
-from backstep.tui.format import bar_chart, num
+from rich.text import Text
+from textual.widgets import DataTable
+
+from backstep.tui.format import num
 from backstep.tui.model import Accumulation, Snapshot, Summary, number
+
+BAR = 12
 
 
 def grad_text(summary: Summary | None, pending: bool = False) -> Text:
-    """A scalar's value, a small tensor's values, or a bigger tensor's norm."""
+    """A scalar's value, or a tensor's norm."""
     if summary is None:
         return Text("pending" if pending else "None", style="dim")
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
         return num(values[0])
-    return Text("‖·‖ ").append_text(num(summary.get("norm")))
+    return Text("‖") .append_text(num(summary.get("norm"))).append("‖")
 
 
 def change_text(acc: Accumulation) -> Text:
@@ -37,47 +44,80 @@ def change_text(acc: Accumulation) -> Text:
     b_norm = number(before.get("norm")) if before is not None else 0.0
     if a_norm is None or b_norm is None:
         return Text("?", style="red")
-    return Text(f"‖·‖ {a_norm - b_norm:+.4g}", style="yellow")
+    return Text(f"‖{a_norm - b_norm:+.3g}‖", style="yellow")
 
 
-class LeavesPanel(VerticalScroll):
-    """A table of the leaves the pass touches and a bar chart of their gradient norms."""
+class Scale:
+    """Maps a norm to a bar length, linear or log depending on the spread of the norms."""
+
+    def __init__(self, norms: Mapping[str, float]) -> None:
+        finite = [v for v in norms.values() if math.isfinite(v) and v > 0]
+        self.top = max(finite, default=1.0)
+        self.low = min(finite, default=1.0)
+        self.log = bool(finite) and self.top / self.low > 100
+
+    def bar(self, value: float | None) -> Text:
+        if value is None:
+            return Text("")
+        if not math.isfinite(value):
+            return Text("NaN/Inf", style="bold white on red")
+        if value <= 0:
+            frac = 0.0
+        elif self.log:
+            span = math.log10(self.top) - math.log10(self.low)
+            frac = 0.05 + 0.95 * (math.log10(value) - math.log10(self.low)) / span if span else 1.0
+        else:
+            frac = value / self.top
+        cells = max(0.0, min(1.0, frac)) * BAR
+        full = int(cells)
+        part = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < BAR else ""
+        return Text("█" * full + part.strip(), style="magenta")
+
+
+class LeavesPanel(DataTable):
+    """One row per leaf the pass reaches: before, now, change, passes since zeroed, norm bar."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
         self.border_title = "Leaves (.grad)"
-        self._body = Static("")
+        self._key: tuple[int, int, int] | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
-        yield self._body
+    def on_mount(self) -> None:
+        self.add_columns("leaf", "before", "now", "change", "n", "‖grad‖")
 
     def show(self, snapshot: Snapshot) -> None:
         view = snapshot.pass_
+        key = (view.number, view.accumulated, len(view.graph.nodes)) if view is not None else None
+        if key == self._key and key is not None:
+            return
+        self._key = key
+        self.clear()
         if view is None:
-            self._body.update(Text("no backward pass yet", style="dim"))
+            self.border_title = "Leaves (.grad)"
             return
         accs = {a.leaf: a for a in view.accumulations()}
         names: list[str] = []
+        seen: set[str] = set()
         for info in view.graph.nodes.values():
-            if info.leaf and info.leaf not in names:
+            if info.leaf and info.leaf not in seen:
+                seen.add(info.leaf)
                 names.append(info.leaf)
-        names += [n for n in accs if n not in names]
-        table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for column in ("leaf", "before", "now", "change", "passes"):
-            table.add_column(column, header_style="dim", no_wrap=True,
-                             justify="left" if column == "leaf" else "right")
+        names += [n for n in accs if n not in seen]
+        scale = Scale({n: snapshot.leaf_norms[n] for n in names if n in snapshot.leaf_norms})
+        rows = []
         for name in names:
             acc = accs.get(name)
+            label = Text(name[-22:], style="green")
             if acc is None:
-                table.add_row(Text(name, style="green"), "", grad_text(None, pending=True), "", "")
+                rows.append((label, "", grad_text(None, pending=True), "", "",
+                             scale.bar(snapshot.leaf_norms.get(name))))
                 continue
-            label = Text(name, style="green")
             if acc.retained:
                 label.append(" (retain_grad)", style="dim")
-            table.add_row(label, grad_text(acc.before), grad_text(acc.after), change_text(acc),
-                          str(acc.passes_since_zeroed))
-        if not names:
-            table.add_row(Text("this pass reaches no leaf", style="dim"), "", "", "", "")
-        chart_names = [n for n in names if n in snapshot.leaf_norms]
-        self._body.update(Group(table, Text("\ngrad norm per parameter", style="dim"),
-                                bar_chart(snapshot.leaf_norms, names=chart_names)))
+            norm = number(acc.after.get("norm")) if acc.after is not None else None
+            rows.append((label, grad_text(acc.before), grad_text(acc.after), change_text(acc),
+                         str(acc.passes_since_zeroed), scale.bar(norm)))
+        self.add_rows(rows)
+        done = len(accs)
+        log = " · log scale" if scale.log else ""
+        self.border_title = f"Leaves (.grad) · {done}/{len(names)} accumulated{log}"

@@ -1,0 +1,96 @@
+"""The graph panel on big graphs: shallow nesting, lazy building, every node once."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from backstep.tui.app import BackstepApp
+from backstep.tui.graph import GraphPanel
+from backstep.tui.graphlayout import TOP, GraphLayout
+from backstep.tui.model import Graph
+from tests.tui_fixtures import RecordingLink, chain_pass, pass_begin, stop_at, transformer_pass
+
+
+def layout_of(event: dict) -> GraphLayout:
+    return GraphLayout(Graph.build(event["nodes"], event["roots"]))
+
+
+def all_node_rows(layout: GraphLayout) -> list[int]:
+    """Every node row reachable by opening every container (iteratively)."""
+    seen: list[int] = []
+    stack = [TOP]
+    while stack:
+        for row in layout.rows(stack.pop()):
+            if row.kind == "node":
+                seen.append(row.node)
+            if row.key is not None:
+                stack.append(row.key)
+    return seen
+
+
+def test_every_node_appears_exactly_once_and_shared_nodes_get_links() -> None:
+    layout = layout_of(pass_begin())
+    rows = all_node_rows(layout)
+    assert sorted(rows) == [1, 2, 3, 4, 5]
+    # AccumulateGrad x (4) is reached from AddBackward0 and MulBackward0: one row, one link
+    assert layout.links.get(3) == [4] or layout.links.get(2) == [4]
+
+
+def test_a_20000_deep_chain_is_flat_and_chunked() -> None:
+    layout = layout_of(chain_pass(20_000))
+    top = layout.rows(TOP)
+    assert all(row.kind == "chunk" for row in top)
+    assert len(top) == math.ceil(20_000 / layout.chunk)
+    assert sorted(all_node_rows(layout)) == list(range(1, 20_001))
+    assert layout.reveal(19_999) == [("chunk", 1, 19_998 // layout.chunk)]
+
+
+def test_nesting_stays_logarithmic_on_a_10000_node_residual_graph() -> None:
+    event = transformer_pass(10_000)
+    layout = layout_of(event)
+    assert sorted(all_node_rows(layout)) == sorted(n["id"] for n in event["nodes"])
+    assert layout.depth_bound() <= 2 * math.log2(len(event["nodes"])) + 2
+
+
+def test_a_binary_tree_nests_at_most_log_deep() -> None:
+    n = 4095
+    nodes = [{"id": i, "name": "AddBackward0",
+              "next": [2 * i, 2 * i + 1] if 2 * i + 1 <= n else [], "leaf": None,
+              "source": None, "module": None} for i in range(1, n + 1)]
+    layout = GraphLayout(Graph.build(nodes, [1]))
+    assert layout.depth_bound() <= 2 * 12 + 2
+
+
+def run_app_on(event: dict, target: int) -> tuple[int, int]:
+    """Mount the app on a big pass, stop at ``target``; return (tree lines, current line)."""
+    link = RecordingLink([event, stop_at(event, target)], stop=1)
+    app = BackstepApp(link)
+    result: dict[str, int] = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            graph = app.query_one(GraphPanel)
+            lines = graph._tree_lines
+            result["lines"] = len(lines)
+            result["cursor"] = graph.cursor_line
+            node = graph.cursor_node
+            result["node"] = node.data.node if node is not None and node.data else -1
+
+    asyncio.run(go())
+    assert result["node"] == target
+    return result["lines"], result["cursor"]
+
+
+def test_ui_shows_the_stop_deep_in_a_20000_chain_without_recursion() -> None:
+    lines, cursor = run_app_on(chain_pass(20_000), 15_000)
+    assert lines < 500  # only the chunk holding node 15000 was built
+    assert cursor > 0
+
+
+def test_ui_on_a_10000_node_graph_builds_few_rows() -> None:
+    event = transformer_pass(10_000)
+    deep = min(n["id"] for n in event["nodes"] if n["name"] == "ReluBackward0")
+    lines, _ = run_app_on(event, deep)
+    assert lines < 1500
