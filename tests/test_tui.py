@@ -236,7 +236,7 @@ async def test_saved_panel_shows_modified_in_place_with_versions() -> None:
     app, _ = make_app(events=events)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert "modified (v0→v1)" in screen_text(app)
+        assert "modified v0→v1" in screen_text(app)
 
 
 @pilot

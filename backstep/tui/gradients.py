@@ -61,6 +61,9 @@ class GradientsPanel(OptionList):
             options.append(Option(Text(msg, style="dim italic"), disabled=True))
         elif record.error:
             options.append(Option(Text(f"raised: {record.error}", style="bold red"), disabled=True))
+        elif not record.grad_inputs and focus.info.leaf:
+            options.append(Option(Text(f"none: accumulated into {focus.info.leaf}.grad",
+                                       style="dim italic"), disabled=True))
         elif record.grad_inputs is not None:
             graph = focus.snapshot.pass_.graph if focus.snapshot.pass_ else None
             for i, summary in enumerate(record.grad_inputs):
@@ -78,13 +81,10 @@ class GradientsPanel(OptionList):
         if summary is not None:
             values = values_text(summary)
             spark = histogram(summary)
-            extra = Text("  ")
             if values is not None and len(summary.get("values") or ()) > 1:
-                extra.append_text(values)
+                parts.append(Text("  ").append_text(values))
             if spark.plain.strip():
-                extra.append("  ").append_text(spark)
-            if extra.plain.strip():
-                parts.append(extra)
+                parts.append(Text("  hist ", style="dim").append_text(spark))
         return Option(Group(*parts), id=f"{slot}:{index}", disabled=summary is None)
 
     @on(OptionList.OptionSelected)

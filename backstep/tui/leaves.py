@@ -16,7 +16,21 @@ from textual.widgets import DataTable
 from backstep.tui.format import num
 from backstep.tui.model import Accumulation, Snapshot, Summary, number
 
-BAR = 12
+BAR = 10
+# (label, width, right-aligned): sized so the table fits the 56-column panel of a 140x42 screen
+COLUMNS = (("leaf", 15, False), ("before", 8, True), ("now", 8, True), ("change", 9, True),
+           ("n", 3, True), ("‖grad‖", BAR + 1, False))
+
+
+def cell(value: Text | str, width: int, right: bool) -> Text:
+    text = value if isinstance(value, Text) else Text(value)
+    text.truncate(width, overflow="ellipsis")
+    if right:
+        text.pad_left(width - text.cell_len)
+    else:
+        text = Text(" ").append_text(text)
+        text.truncate(width, overflow="ellipsis")
+    return text
 
 
 def grad_text(summary: Summary | None, pending: bool = False) -> Text:
@@ -78,12 +92,14 @@ class LeavesPanel(DataTable):
     """One row per leaf the pass reaches: before, now, change, passes since zeroed, norm bar."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=0,
+                         **kwargs)  # type: ignore[arg-type]
         self.border_title = "Leaves (.grad)"
         self._key: tuple[int, int, int] | None = None
 
     def on_mount(self) -> None:
-        self.add_columns("leaf", "before", "now", "change", "n", "‖grad‖")
+        for label, width, right in COLUMNS:
+            self.add_column(cell(label, width, right), width=width)
 
     def show(self, snapshot: Snapshot) -> None:
         view = snapshot.pass_
@@ -107,7 +123,7 @@ class LeavesPanel(DataTable):
         rows = []
         for name in names:
             acc = accs.get(name)
-            label = Text(name[-22:], style="green")
+            label = Text(name if len(name) <= 15 else "…" + name[-14:], style="green")
             if acc is None:
                 rows.append((label, "", grad_text(None, pending=True), "", "",
                              scale.bar(snapshot.leaf_norms.get(name))))
@@ -117,7 +133,8 @@ class LeavesPanel(DataTable):
             norm = number(acc.after.get("norm")) if acc.after is not None else None
             rows.append((label, grad_text(acc.before), grad_text(acc.after), change_text(acc),
                          str(acc.passes_since_zeroed), scale.bar(norm)))
-        self.add_rows(rows)
+        self.add_rows([tuple(cell(v, w, r) for v, (_, w, r) in zip(row, COLUMNS, strict=True))
+                       for row in rows])
         done = len(accs)
         log = " · log scale" if scale.log else ""
         self.border_title = f"Leaves (.grad) · {done}/{len(names)} accumulated{log}"

@@ -22,7 +22,7 @@ def status_text(item: SavedInfo, released: bool = False) -> Text:
     if item.version_saved is not None and item.version_now is not None and (
         item.status == "modified" or item.version_now != item.version_saved
     ):
-        text.append(f" (v{item.version_saved}→v{item.version_now})", style="red")
+        text.append(f" v{item.version_saved}→v{item.version_now}", style="red")
     return text
 
 
@@ -47,15 +47,15 @@ class SavedPanel(Static):
             parts.append(Text("this node saved nothing", style="dim"))
         else:
             table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-            for column in ("name", "shape", "dtype", "bytes", "status"):
-                table.add_column(column, style="bold" if column == "name" else "",
-                                 no_wrap=True, header_style="dim")
+            table.add_column("name", style="bold", no_wrap=True, header_style="dim", min_width=6)
+            table.add_column("tensor", no_wrap=True, header_style="dim")
+            table.add_column("bytes", no_wrap=True, header_style="dim", justify="right")
+            table.add_column("status", no_wrap=True, header_style="dim", min_width=14)
             for item in saved:
                 scalar = item.shape is None and item.dtype is None
                 table.add_row(
                     item.name,
-                    "scalar" if scalar else shape_text(item.shape),
-                    item.dtype or "",
+                    "scalar" if scalar else f"{shape_text(item.shape)} {item.dtype or ''}",
                     "" if scalar else nbytes(item.bytes),
                     status_text(item, released),
                 )
