@@ -244,3 +244,33 @@ def test_missing_script_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "can't open file" in lines[0] and "nope.py" in lines[0]
+
+
+LOOP = textwrap.dedent(
+    """\
+    import sys, time
+    import torch
+
+    w = torch.tensor(1.0, requires_grad=True)
+    for i in range(150):
+        (w * 3).backward()
+        time.sleep(0.02)
+    print("loop done", sys.argv[1:])
+    """
+)
+
+
+def test_ctrl_c_stops_a_free_running_script_and_argv_reaches_it(run_ui, tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    ui = run_ui("--no-stop-at-start", "loop.py", "--lr", "3")
+    ui.expect(r"running", timeout=60)
+    time.sleep(1.0)
+    ui.press("\x03")  # ctrl+c
+    screen = ui.expect(r"stopped: interrupted before \w+", timeout=30)
+    assert "pass" in screen
+    ui.press("f")  # finish this pass; the rest runs free again
+    ui.press("c")
+    ui.expect(r"loop done \['--lr', '3'\]", timeout=60)
+    ui.expect(r"script exited with code 0")
+    ui.press("q")
+    assert ui.wait() == 0
