@@ -274,3 +274,13 @@ def test_ctrl_c_stops_a_free_running_script_and_argv_reaches_it(run_ui, tmp_path
     ui.expect(r"script exited with code 0")
     ui.press("q")
     assert ui.wait() == 0
+
+
+def test_hangup_ends_the_ui_and_the_debuggee(run_ui) -> None:
+    ui = run_ui("example.py")
+    ui.expect(r"before PowBackward0")
+    debuggees = children_of(ui.pid)
+    os.kill(ui.pid, signal.SIGHUP)
+    assert ui.wait() is not None
+    time.sleep(0.2)
+    assert debuggees and not any(alive(pid) for pid in debuggees)

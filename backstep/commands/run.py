@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +49,10 @@ def main(args: argparse.Namespace) -> int:
                   stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source)
 
 
+def _hang_up(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def launch(
     script: str,
     script_args: list[str],
@@ -79,10 +84,18 @@ def launch(
     link = LiveLink(debuggee_command(script, script_args, source=source))
     app = BackstepApp(link, breakpoints=list(breakpoints),
                       stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, _hang_up)  # the terminal closed or someone ended us: clean up first
     try:
         result = app.run()
+    except SystemExit as exc:
+        link.close()
+        return int(exc.code) if isinstance(exc.code, int) else 1
     finally:
         link.close()  # idempotent: no orphan even if the UI crashed
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if result is None:
         return exit_status(link.returncode())
     return int(result)
