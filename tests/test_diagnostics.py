@@ -8,12 +8,14 @@ and other lines the diagnosis must name with ``# related: <role>``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import re
 import runpy
 import subprocess
 import sys
+import threading
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -61,6 +63,8 @@ def diagnose(path: Path) -> list[dict[str, Any]]:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 runpy.run_path(str(path), run_name="__main__")
+            if any(e.get("retain_graph") for e in recorder.of("pass_begin")):
+                gc.collect()  # retained graphs caught in reference cycles report release now
         finally:
             doctor.uninstall()
             provenance.uninstall()
@@ -234,3 +238,35 @@ def test_backstep_trace_cli_records_diagnoses(tmp_path: Path) -> None:
     events = [json.loads(line) for line in out.read_text().splitlines()]
     diags = [e for e in events if e["event"] == "diagnosis"]
     assert [(d["kind"], d["source"]["line"]) for d in diags] == [("nonfinite", 6)]
+
+
+def test_reentrant_events_do_not_deadlock_and_are_analysed_after() -> None:
+    """graph_released comes from a finalizer that may run inside our own emit (a GC during the
+    analysis): it must be queued, not block on our lock."""
+    events: list[dict[str, Any]] = []
+    caller = {"file": "t.py", "line": 4, "code": "loss.backward(retain_graph=True)"}
+
+    class Inner:
+        def emit(self, event: dict[str, Any]) -> None:
+            events.append(event)
+            if event["event"] == "pass_end" and event["pass"] == 2:
+                doctor.emit({"event": "graph_released", "pass": 1, "reused": False, "bytes": 8})
+
+        def flush(self) -> None:
+            pass
+
+    doctor = Diagnostician(Inner())
+
+    def run() -> None:
+        for number in (1, 2):
+            doctor.emit({"event": "pass_begin", "pass": number, "retain_graph": number == 1,
+                         "caller": caller, "roots": [number], "nodes": [
+                             {"id": number, "name": "MeanBackward0"}]})
+            doctor.emit({"event": "pass_end", "pass": number})
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "re-entrant emit deadlocked"
+    assert [e["event"] for e in events][-3:] == ["pass_end", "graph_released", "diagnosis"]
+    assert events[-1]["kind"] == "retain_graph_unused"

@@ -39,17 +39,32 @@ class Diagnostician:
         self._params = ParameterCheck()
         self._warnings = WarningHook(self._report, lambda: self._rules.last_pass)
         self._seen: set[tuple[Any, ...]] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._local = threading.local()
 
     # -- Sink ----------------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
         self.inner.emit(event)
-        try:
-            found = self._analyse(event)
-        except Exception:  # noqa: BLE001 - a diagnosis must never break the user's script
+        local = self._local
+        if getattr(local, "busy", False):
+            # Re-entered on this thread (a graph_released finalizer ran while we worked):
+            # analyse it after the event at hand, never while its state is half updated.
+            local.pending.append(event)
             return
-        for diag in found:
-            self.inner.emit(diag)
+        local.busy, local.pending = True, []
+        try:
+            queue = [event]
+            while queue:
+                try:
+                    found = self._analyse(queue.pop(0))
+                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                    found = []
+                for diag in found:
+                    self.inner.emit(diag)
+                queue.extend(local.pending)
+                local.pending.clear()
+        finally:
+            local.busy = False
 
     def flush(self) -> None:
         self.inner.flush()

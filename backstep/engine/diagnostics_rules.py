@@ -100,10 +100,10 @@ class EventRules:
         self.callers[info.number] = info.caller
         while len(self.callers) > MAX_PASSES:
             self.callers.popitem(last=False)
-        for ids, reused in self.retained.values():
+        for ids, reused in list(self.retained.values()):
             if not reused[0] and not ids.isdisjoint(info.nodes):
                 reused[0] = True
-        if info.retain:
+        if info.retain and not event.get("create_graph"):  # create_graph implies retain_graph
             ids = frozenset(i for i, n in info.nodes.items() if n.get("name") != "AccumulateGrad")
             self.retained[info.number] = (ids, [False])
             while len(self.retained) > MAX_RETAINED:
@@ -165,7 +165,7 @@ class EventRules:
         fix_line = f" at {text.where(caller, near)}" if caller else " on the first backward"
         message = (
             f"{text.made_at(name, source)} needs {what}, but {by} already went through this "
-            f"graph and freed them. After a backward pass PyTorch frees the values each node "
+            f"graph and freed {'it' if len(freed) == 1 else 'them'}. After a backward pass PyTorch frees the values each node "
             f"saved, to save memory, unless the pass is called with retain_graph=True. "
             f"Fix: if you really need to go backward through the same graph twice, pass "
             f"retain_graph=True{fix_line}; usually the better fix is to run the forward again "
@@ -313,8 +313,8 @@ class EventRules:
     def _released(self, event: dict[str, Any]) -> list[Found]:
         number = event.get("pass")
         watched = self.retained.pop(number, None) if number is not None else None
-        if event.get("reused") and (watched is None or watched[1][0]):
-            return []
+        if watched is None or watched[1][0]:
+            return []  # reused, or a create_graph pass, or one we did not see begin
         caller = self.callers.get(number) if number is not None else None
         nbytes = event.get("bytes") or 0
         held = (f"every tensor its graph saved ({text.size(nbytes)})" if nbytes

@@ -38,8 +38,15 @@ def where(source: Source | None, near: Source | None = None) -> str:
     place = f"line {source['line']}"
     if file and (near is None or near.get("file") != file):
         place = f"{os.path.basename(file)}:{source['line']}"
-    code = (source.get("code") or "").strip()
+    code = code_of(source)
     return f"{place}: `{code}`" if code else place
+
+
+def code_of(source: Source) -> str:
+    """The line's code without its trailing comment (PEP 8 style: two spaces, then ``#``)."""
+    code = (source.get("code") or "").strip()
+    cut = code.find("  #")
+    return code[:cut].rstrip() if cut > 0 else code
 
 
 def made_at(name: str, source: Source | None) -> str:
@@ -95,7 +102,7 @@ def op_hint(node_name: str) -> str:
 
 def out_of_place(op: str | None, culprit: Source | None = None) -> str:
     """How to avoid modifying the saved tensor, given the op (and line) that did."""
-    code = (culprit or {}).get("code") or ""
+    code = code_of(culprit or {})
     if ".step(" in code or "zero_" in code:
         return ("an optimizer step updated the weights this graph saved: run every backward "
                 "through the graph before optimizer.step(), or run the forward again after it")
