@@ -270,3 +270,15 @@ def test_reentrant_events_do_not_deadlock_and_are_analysed_after() -> None:
     assert not worker.is_alive(), "re-entrant emit deadlocked"
     assert [e["event"] for e in events][-3:] == ["pass_end", "graph_released", "diagnosis"]
     assert events[-1]["kind"] == "retain_graph_unused"
+
+
+def test_importing_and_installing_does_not_import_torch() -> None:
+    """A session wraps its sink before the script runs; torch must stay unimported until the
+    script imports it."""
+    code = ("import sys\nfrom backstep.engine.diagnostics import Diagnostician\n"
+            "from backstep.engine.recorder import ListRecorder\n"
+            "d = Diagnostician(ListRecorder()); d.install(); d.uninstall()\n"
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

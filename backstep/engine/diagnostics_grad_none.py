@@ -11,7 +11,8 @@ Two ways in:
   the loss does not touch at all is left alone: that is usually on purpose (a GAN's other
   network, another head). Checked once per backward call site: a training loop pays once.
 
-Reads attributes (names, requires_grad, grad_fn metadata); never computes on a tensor.
+Reads attributes (names, requires_grad, grad_fn metadata); never computes on a tensor. Imports
+torch only when torch is in use: a session may wrap its sink before the script imports torch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from backstep.engine import diagnostics_text as text
-from backstep.engine import naming
 from backstep.engine.diagnostics_rules import Found, diagnosis, source_key
 
 NON_LEAF_WARNING = "not a leaf Tensor is being accessed"
@@ -87,6 +87,8 @@ class WarningHook:
         previous(message, category, filename, lineno, file, line)
 
     def _seen(self, filename: str, lineno: int, line: str | None, frame: Any) -> None:
+        from backstep.engine import naming
+
         while frame is not None and not (frame.f_code.co_filename == filename
                                          and frame.f_lineno == lineno):
             frame = frame.f_back
@@ -184,6 +186,8 @@ class ParameterCheck:
         leaves = {n.get("leaf") for n in event.get("nodes") or () if n.get("leaf")}
         if not leaves:
             return []
+        from backstep.engine import naming
+
         frame = naming.user_frame(start)
         roots = _caller_modules(frame)
         if not roots:
@@ -243,6 +247,8 @@ def _caller_modules(frame: Any) -> list[tuple[str, Any]]:
     """(variable, module) for the modules held by variables in the user's frames (the frames
     ``naming.find_names`` searches, so parameter names match the engine's leaf names)."""
     from torch import nn
+
+    from backstep.engine import naming
 
     roots: list[tuple[str, Any]] = []
     seen: set[int] = set()
