@@ -90,11 +90,15 @@ class _Attachment:
         self.active = False
         self.capture: Any = None
         self.provenance: Any = None
+        self.diagnostician: Any = None
 
     def _arm(self, sink: Any, controller: Any, record: bool) -> None:
         from backstep.engine.capture import Capture
+        from backstep.engine.diagnostics import Diagnostician
 
-        self.capture = Capture(sink, controller, record=record)
+        self.diagnostician = Diagnostician(sink)
+        self.diagnostician.install()
+        self.capture = Capture(self.diagnostician, controller, record=record)
         self.capture.install()
         if self.source:
             from backstep.engine.provenance import Provenance, annotate
@@ -112,6 +116,9 @@ class _Attachment:
         if self.capture is not None:
             self.capture.uninstall()
             self.capture = None
+        if self.diagnostician is not None:
+            self.diagnostician.uninstall()
+            self.diagnostician = None
 
     def start(self) -> None:
         raise NotImplementedError
@@ -221,10 +228,12 @@ class _UIAttachment(_Attachment):
     def stop(self) -> None:
         """Restore everything; safe from any thread, any number of times."""
         with self._restore_lock:
+            # fds first: once the paused script is released, everything it prints must reach
+            # the terminal, not a pipe that the exiting UI may still be reading
+            self._restore_fds()
             if self.controller is not None:
                 self.controller.close()
             self._disarm()
-            self._restore_fds()
             if self.channel is not None:
                 self.channel.close()
                 self.channel = None

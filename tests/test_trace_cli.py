@@ -16,17 +16,18 @@ import pytest
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning"}
 
 
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
+def start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, env=ENV)
+                            stdin=subprocess.DEVNULL, text=True, env=env)
 
 
-def compare(tmp_path: Path, target: str, *args: str) -> tuple[subprocess.CompletedProcess, list]:
+def compare(tmp_path: Path, target: str, *args: str,
+            env: dict[str, str] = ENV) -> tuple[subprocess.CompletedProcess, list]:
     """Run plain python and backstep trace side by side; return the trace's result + events."""
     out = tmp_path / "run.jsonl"
-    plain = start([sys.executable, target, *args], tmp_path)
+    plain = start([sys.executable, target, *args], tmp_path, env)
     traced = start([sys.executable, "-m", "backstep", "trace", "-o", str(out), target, *args],
-                   tmp_path)
+                   tmp_path, env)
     p_out, p_err = plain.communicate(timeout=120)
     t_out, t_err = traced.communicate(timeout=120)
     assert t_out == p_out
@@ -144,3 +145,22 @@ def test_script_without_torch_never_loads_it(tmp_path: Path) -> None:
     target = script(tmp_path, "plain.py", "import sys\nprint('torch' in sys.modules)\n")
     result, _ = compare(tmp_path, target)
     assert result.stdout == "False\n"
+
+
+def test_warnings_keep_their_text_line_and_once_per_location(tmp_path: Path) -> None:
+    target = script(tmp_path, "warn.py", """\
+        import torch
+        import torch.nn.functional as F
+        x = torch.randn(3, requires_grad=True)
+        y = x * 2
+        for _ in range(3):
+            print(y.grad)
+        print(y.grad)
+        F.mse_loss(torch.randn(3, 1), torch.randn(3))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    result, events = compare(tmp_path, target, env=env)
+    assert result.stderr.count("warn.py:6: UserWarning: The .grad attribute") == 1
+    assert "warn.py:7: UserWarning: The .grad attribute" in result.stderr
+    assert "warn.py:8: UserWarning: Using a target size" in result.stderr
+    assert any(e["event"] == "diagnosis" and e["kind"] == "grad_none" for e in events)

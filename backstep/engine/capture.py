@@ -88,6 +88,7 @@ class Capture:
         self._retained: dict[int, Any] = {}  # id -> weakref of tensors that called retain_grad
         self._live: dict[int, Pass] = {}
         self._retained_graphs = 0  # retain_graph passes whose graph is still alive
+        self._released_queue: list[dict[str, Any]] = []
         # provenance's annotate(roots): completes source/module tags before they are read
         self.annotate: Any = None
         if controller is not None:
@@ -119,6 +120,7 @@ class Capture:
     def uninstall(self) -> None:
         if self._original is None:
             return
+        self.drain()
         torch.autograd._engine_run_backward = self._original
         self._original = None
         if self._original_retain is None:
@@ -143,6 +145,8 @@ class Capture:
             self.passes += 1
             number = self.passes
         controller = self.controller
+        if self._released_queue:
+            self.drain()
         live = controller is not None and controller.live()
         if not (self.record or live):
             return original(t_outputs, *args, **kwargs)
@@ -214,7 +218,9 @@ class Capture:
             self._announce(p)
         bp = controller.breakpoints if controller is not None else None
         if self._retained_graphs:
-            for node in graph.nodes:
+            for i, node in enumerate(graph.nodes):
+                if graph.names[i] == _ACCUMULATE:
+                    continue  # leaves are shared by every graph over the same parameters
                 marker = node.metadata.get(RETAINED_KEY)
                 if marker is not None:
                     marker.reused = True
@@ -513,6 +519,7 @@ class Capture:
                         "retained": True,
                     }
                 )
+        self.drain()
         self._emit(
             {
                 "event": "pass_end",
@@ -530,8 +537,9 @@ class Capture:
         marker = _Retained(p.number)
         graph = p.graph
         total = 0
-        for node in graph.nodes:
-            node.metadata[RETAINED_KEY] = marker
+        for i, node in enumerate(graph.nodes):
+            if graph.names[i] != _ACCUMULATE:
+                node.metadata[RETAINED_KEY] = marker
             if has_saved(node):
                 total += sum(s.get("bytes", 0) for s in saved_status(node) if s["status"] == "alive")
         marker.bytes = total
@@ -540,11 +548,19 @@ class Capture:
         del marker
 
     def _released(self, number: int, state: dict[str, Any]) -> None:
+        """A weakref finalizer: it can run anywhere (inside a sink's lock, inside a hook), so it
+        only queues; ``drain`` writes the event at the next safe point."""
         self._retained_graphs -= 1
-        self._emit({"event": "graph_released", "pass": number, "reused": state["reused"],
-                    "bytes": state["bytes"]})
-        if self.sink is not None:
-            self.sink.flush()
+        self._released_queue.append(
+            {"event": "graph_released", "pass": number, "reused": state["reused"],
+             "bytes": state["bytes"]}
+        )
+
+    def drain(self) -> None:
+        """Write queued ``graph_released`` events (at pass boundaries and at the end)."""
+        queue = self._released_queue
+        while queue:
+            self._emit(queue.pop(0))
 
     @staticmethod
     def _failed_node(p: Pass) -> int | None:

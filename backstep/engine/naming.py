@@ -61,7 +61,7 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
         for f in frames:
             if len(found) == len(wanted):
                 return found
-            namespace = _locals(f)
+            namespace = frame_locals(f)
             for var, value in namespace.items():
                 if (var == "self") != prefer_self:
                     continue
@@ -69,7 +69,7 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     return found
 
 
-def _locals(frame: Any) -> dict[str, Any]:
+def frame_locals(frame: Any) -> dict[str, Any]:
     """A copy of a frame's variables that keeps nothing alive afterwards.
 
     Before Python 3.13, reading ``f_locals`` of a function frame leaves a snapshot dict on the

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine import provenance_inplace
+from backstep.engine import provenance_inplace, provenance_warnings
 from backstep.engine.provenance_modules import ModuleTracker
 from backstep.engine.provenance_tagging import (
     MODULE_KEY,
@@ -89,6 +89,7 @@ class Provenance:
                 remove_mode(mode)
                 return
             self._tracker, self._mode = tracker, mode
+            provenance_warnings.install()
 
     def uninstall(self) -> None:
         """Stop recording; tags already written stay on their nodes."""
@@ -98,6 +99,7 @@ class Provenance:
             if mode is None or tracker is None:
                 return
             mode.enabled = False  # a mode left on another thread's stack just passes calls on
+            provenance_warnings.uninstall()
             try:
                 depth = torch._C._len_torch_function_stack()
                 if depth and torch._C._get_function_stack_at(depth - 1) is mode:

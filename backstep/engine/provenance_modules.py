@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from backstep.engine.naming import frame_locals
 from backstep.engine.provenance_frames import _UNSET, call_impl_frame, find_source, user_frame
 
 _ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
@@ -50,7 +51,7 @@ def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
     """Name of a local (or an attribute of ``self``) in ``frame`` that holds ``module``."""
     if frame is None:
         return None
-    local_vars = frame.f_locals
+    local_vars = frame_locals(frame)  # a plain f_locals read would keep the caller's locals alive
     for name, value in local_vars.items():
         if value is module:
             return name
@@ -145,6 +146,10 @@ class ModuleTracker:
                     for entry in reversed(ended):
                         if entry.resume is not None:
                             entry.resume()
+                        # a finished entry must hold no frame (its locals hold the forward's
+                        # outputs, and with them the graph) and no cycle through ``origin``
+                        entry.frame = entry.table = None
+                        entry.origin = None  # type: ignore[assignment]
                     break
         except Exception:
             pass

@@ -79,7 +79,10 @@ class Session:
 
     def __init__(self, sink: Sink, controller: Any = None, *, record: bool = True,
                  source: bool = True) -> None:
-        self.sink = sink
+        from backstep.engine.diagnostics import Diagnostician
+
+        self.diagnostician = Diagnostician(sink)
+        self.sink: Sink = self.diagnostician
         self.controller = controller
         self.record = record
         self.source = source
@@ -104,6 +107,7 @@ class Session:
             self.capture.annotate = annotate
 
     def __enter__(self) -> Session:
+        self.diagnostician.install()
         if "torch" in sys.modules:
             self.arm()
         else:
@@ -129,4 +133,5 @@ class Session:
             self.provenance.uninstall()
         if self.capture is not None:
             self.capture.uninstall()
+        self.diagnostician.uninstall()
         self.sink.flush()
