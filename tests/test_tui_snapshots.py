@@ -12,7 +12,16 @@ from textual.pilot import Pilot
 
 from backstep.tui.app import BackstepApp
 from backstep.tui.messages import ConsoleOutput
-from tests.tui_fixtures import MUL, RecordingLink, example_events, summary, upto_stop
+from tests.tui_fixtures import (
+    ADD,
+    MUL,
+    RecordingLink,
+    accumulating_diagnosis,
+    diagnosis,
+    example_events,
+    summary,
+    upto_stop,
+)
 
 SIZE = (140, 42)
 
@@ -106,3 +115,14 @@ def test_selected_node_differs_from_current(snap_compare) -> None:
     app = app_at(4)
     assert app is not None and MUL
     assert snap_compare(app, terminal_size=SIZE, run_before=select_add)
+
+
+def test_diagnosis_banner(snap_compare) -> None:
+    async def diagnose(pilot: Pilot) -> None:
+        await with_output(pilot)
+        pilot.app.reader.feed(diagnosis(node=ADD))
+        pilot.app.reader.feed(accumulating_diagnosis())
+        await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(app_at(3), terminal_size=SIZE, run_before=diagnose)

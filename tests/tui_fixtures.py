@@ -28,6 +28,8 @@ _LINES, _FIRST = inspect.getsourcelines(example_script)
 SOURCE_FILE = inspect.getsourcefile(example_script) or __file__
 OUT_LINE = _FIRST + next(i for i, line in enumerate(_LINES) if "out = (x * y + x)" in line)
 SOURCE = {"file": SOURCE_FILE, "line": OUT_LINE, "code": "out = (x * y + x) ** 2"}
+BACKWARD_LINE = _FIRST + next(i for i, line in enumerate(_LINES) if "out.backward()" in line)
+PRINT_LINE = _FIRST + next(i for i, line in enumerate(_LINES) if "print(x.grad" in line)
 
 POW, ADD, MUL, ACC_X, ACC_Y = 1, 2, 3, 4, 5
 
@@ -232,3 +234,42 @@ def stop_at(pass_begin_event: dict[str, Any], node_id: int, step: int = 1,
     return {"event": "stopped", "pass": pass_begin_event["pass"], "step": step, "id": node_id,
             "name": name, "reason": reason, "detail": None,
             "grad_outputs": [summary([0.5, -1.0, 2.0, 0.25], [2, 2])], "saved": []}
+
+
+# -- diagnoses (what backstep.engine.diagnostics sends) -----------------------------------------
+
+def diagnosis(kind: str = "graph_freed", node: int | None = MUL, pass_: int | None = 1, *,
+              line: int | None = OUT_LINE, severity: str = "error",
+              title: str = "Backward through a graph that was already freed",
+              message: str | None = None,
+              related: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ``diagnosis`` event; by default a graph_freed on MulBackward0 whose saved tensors an
+    earlier pass freed (the related lines point into ``example_script``)."""
+    if message is None:
+        message = (
+            f"MulBackward0 (made at line {line}) needs the tensors it saved in the forward "
+            "(self, other), but pass 1 (line {b}) already went through this graph and freed "
+            "them. After a backward pass PyTorch frees the values each node saved, to save "
+            "memory, unless the pass is called with retain_graph=True. Fix: pass "
+            "retain_graph=True on the first backward, or run the forward again."
+        ).replace("{b}", str(BACKWARD_LINE))
+    if related is None:
+        related = [
+            {"role": "freed_by", "file": SOURCE_FILE, "line": BACKWARD_LINE,
+             "code": "out.backward()"},
+            {"role": "backward", "file": SOURCE_FILE, "line": PRINT_LINE,
+             "code": "print(x.grad, y.grad)"},
+        ]
+    source = None if line is None else dict(SOURCE, line=line)
+    return {"event": "diagnosis", "pass": pass_, "kind": kind, "title": title,
+            "severity": severity, "message": message, "node": node, "source": source,
+            "related": related}
+
+
+def accumulating_diagnosis() -> dict[str, Any]:
+    """A warning on leaf x's AccumulateGrad whose line is the backward call (no forward line)."""
+    return diagnosis(
+        "grad_accumulating", ACC_X, severity="warning", line=BACKWARD_LINE,
+        title=".grad keeps accumulating across steps", related=[],
+        message="The .grad of x was not reset: pass 1 added its gradient to the one left by "
+                "pass 0. Fix: call optimizer.zero_grad() once per step.")

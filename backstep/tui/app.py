@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical
 
 from backstep.tui.breakpoints import BreakpointDialog, describe
 from backstep.tui.console import ConsolePanel
+from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
@@ -27,7 +28,7 @@ from backstep.tui.messages import (
     SnapshotReady,
     TensorAnswer,
 )
-from backstep.tui.model import Snapshot, focus
+from backstep.tui.model import Diagnosis, Snapshot, focus
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.reader import Reader
 from backstep.tui.saved import SavedPanel
@@ -64,6 +65,9 @@ class BackstepApp(App[int]):
         Binding("f", "resume('finish')", "finish"),
         Binding("b", "toggle_break", "break"),
         Binding("B", "break_dialog", "conditions"),
+        Binding("d", "diagnosis(1)", "next diagnosis"),
+        Binding("D", "diagnosis(-1)", "previous diagnosis"),
+        Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True),
@@ -92,10 +96,13 @@ class BackstepApp(App[int]):
         self.exit_code: int | None = None
         self._next_req = 1
         self._shown_stop: tuple[int, int] | None = None
+        # the shown diagnosis's line stays in the Source panel until the person looks elsewhere
+        self._diagnosis_pinned = False
 
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        yield DiagnosisBanner(id="diagnosis")
         with Horizontal(id="main"):
             yield GraphPanel(id="graph")
             with Vertical(id="middle"):
@@ -137,6 +144,7 @@ class BackstepApp(App[int]):
             self._shown_stop = key
             self.waiting = False
             self.selected = stop.id
+            self._diagnosis_pinned = False
             graph = self.query_one(GraphPanel)
             graph.show(snap)
             graph.reveal(stop.id)
@@ -148,6 +156,8 @@ class BackstepApp(App[int]):
             self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
         if self.narration is not None:
             self.query_one(NarrationPanel).show(snap)
+        if self.query_one(DiagnosisBanner).show(snap.diagnoses):
+            self._focus_diagnosis()
         self._refresh_details()
 
     @on(ConsoleOutput)
@@ -191,6 +201,7 @@ class BackstepApp(App[int]):
     def _chosen(self, message: GraphPanel.NodeChosen) -> None:
         if message.node != self.selected:
             self.selected = message.node
+            self._diagnosis_pinned = False
             self._refresh_details()
 
     @on(GradientsPanel.Open)
@@ -217,13 +228,56 @@ class BackstepApp(App[int]):
         f = focus(self.snapshot, self.selected)
         self.query_one(GradientsPanel).show(f)
         self.query_one(SavedPanel).show(f)
-        self.query_one(SourcePanel).show(f)
+        diag = self._diagnosis_in_source()
+        if diag is not None:
+            self.query_one(SourcePanel).show_source(diag.source, diag.kind)
+        else:
+            self.query_one(SourcePanel).show(f)
         self.query_one(LeavesPanel).show(self.snapshot)
         self._refresh_status()
 
     def _refresh_status(self) -> None:
         self.query_one(StatusLine).show(self.snapshot, waiting=self.waiting, gone=self.gone,
                                         breakpoints=len(self.breakpoints))
+
+    # -- diagnoses ------------------------------------------------------------------------
+
+    def _node_shown(self, node: int | None) -> bool:
+        view = self.snapshot.pass_
+        return node is not None and view is not None and node in view.graph.nodes
+
+    def _focus_diagnosis(self) -> None:
+        """Select the shown diagnosis's node in the graph; its line goes to the Source panel."""
+        diag = self.query_one(DiagnosisBanner).current
+        if diag is None:
+            return
+        self._diagnosis_pinned = True
+        if diag.node is not None and self._node_shown(diag.node):
+            self.selected = diag.node
+            self.query_one(GraphPanel).reveal(diag.node)
+
+    def _diagnosis_in_source(self) -> Diagnosis | None:
+        """The shown diagnosis, when the Source panel should show its line rather than the
+        selected node's: its node is the selected one, or it has no node in this graph and the
+        person has not moved since it came into view."""
+        diag = self.query_one(DiagnosisBanner).current
+        if diag is None or diag.source is None:
+            return None
+        if self._node_shown(diag.node):
+            return diag if diag.node == self.selected else None
+        return diag if self._diagnosis_pinned else None
+
+    def action_diagnosis(self, delta: int) -> None:
+        if self.query_one(DiagnosisBanner).step(delta) is None:
+            self.notify("no diagnoses so far", timeout=2)
+            return
+        self._focus_diagnosis()
+        self._refresh_details()
+
+    def action_dismiss_diagnosis(self) -> None:
+        if self.query_one(DiagnosisBanner).dismiss():
+            self._diagnosis_pinned = False
+            self._refresh_details()
 
     # -- commands -------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ KEYS = (
     ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
     ("tab", "move between panels; arrows move in the graph"),
     ("ctrl+c", "interrupt: stop at the next node while the script runs"),
+    ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),
+    ("x", "dismiss the diagnosis banner (d brings it back)"),
     ("?", "this help"),
     ("q", "quit: end the script and leave"),
 )

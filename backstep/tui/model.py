@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 NodeState = Literal["done", "current", "pending", "skipped", "error"]
+SEVERITIES = ("error", "warning", "info")
 Summary = Mapping[str, Any]
 
 
@@ -122,6 +123,16 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another line a diagnosis names, and why (``freed_by``, ``backward``, ``inplace_op``...)."""
+
+    role: str
+    file: str | None
+    line: int | None
+    code: str | None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """A known failure pattern the engine recognised."""
 
@@ -130,6 +141,16 @@ class Diagnosis:
     message: str
     node: int | None
     source: Summary | None
+    title: str = ""
+    severity: str = "error"  # "error" | "warning" | "info"
+    related: tuple[Related, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, int | None, Any]:
+        """One cause: the engine reports each once, the UI shows a repeat once too."""
+        line = self.source.get("line") if self.source is not None else None
+        file = self.source.get("file") if self.source is not None else None
+        return (self.kind, self.node, (file, line))
 
 
 @dataclass(frozen=True)
@@ -306,11 +327,27 @@ def _saved(value: Any) -> tuple[SavedInfo, ...]:
     return tuple(items)
 
 
+def _related(value: Any) -> tuple[Related, ...]:
+    items = []
+    for raw in _tuple(value):
+        if not isinstance(raw, dict):
+            continue
+        file, line, code = raw.get("file"), raw.get("line"), raw.get("code")
+        items.append(Related(
+            role=str(raw.get("role", "related")),
+            file=file if isinstance(file, str) else None,
+            line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+            code=code if isinstance(code, str) else None,
+        ))
+    return tuple(items)
+
+
 class SessionModel:
     """Applies events in order; ``snapshot()`` returns the current immutable view."""
 
     def __init__(self) -> None:
         self._snap = Snapshot()
+        self._diagnosed: set[tuple[str, int | None, Any]] = set()
         self._zeroed_counts: dict[str, int] = {}
         self._leaf_norms: dict[str, float] = {}
 
@@ -445,14 +482,22 @@ class SessionModel:
         )
         return replace(self._snap, stop=stop, running=False)
 
-    def _on_diagnosis(self, ev: Mapping[str, Any]) -> Snapshot:
+    def _on_diagnosis(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        severity = ev.get("severity")
+        title = ev.get("title")
         diag = Diagnosis(
             pass_=ev.get("pass") if isinstance(ev.get("pass"), int) else None,
             kind=str(ev.get("kind", "?")),
             message=str(ev.get("message", "")),
             node=ev.get("node") if isinstance(ev.get("node"), int) else None,
             source=_mapping(ev.get("source")),
+            title=title if isinstance(title, str) else "",
+            severity=severity if severity in SEVERITIES else "error",
+            related=_related(ev.get("related")),
         )
+        if diag.key in self._diagnosed:
+            return None
+        self._diagnosed.add(diag.key)
         return replace(self._snap, diagnoses=(*self._snap.diagnoses, diag))
 
     def _on_exit(self, ev: Mapping[str, Any]) -> Snapshot:

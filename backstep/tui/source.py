@@ -9,7 +9,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
-from backstep.tui.model import Focus
+from backstep.tui.model import Focus, Summary
 
 CONTEXT = 4
 
@@ -21,10 +21,14 @@ class SourcePanel(Static):
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.border_title = "Source"
         self.source_enabled = source_enabled
-        self._shown: tuple[str, int] | None = None
+        self._shown: tuple[str, int, str | None] | None = None
 
     def show(self, focus: Focus) -> None:
-        source = focus.info.source if focus.info is not None else None
+        """The forward line of the focused node."""
+        self.show_source(focus.info.source if focus.info is not None else None)
+
+    def show_source(self, source: Summary | None, note: str | None = None) -> None:
+        """Any ``{file, line, code}`` (a diagnosis's line); ``note`` says why in the title."""
         file = source.get("file") if source else None
         line = source.get("line") if source else None
         if not isinstance(file, str) or not isinstance(line, int):
@@ -33,10 +37,11 @@ class SourcePanel(Static):
             why = "" if self.source_enabled else " (--no-source)"
             self.update(Text(f"no source recorded{why}", style="dim italic"))
             return
-        if self._shown == (file, line):
+        if self._shown == (file, line, note):
             return
-        self._shown = (file, line)
-        self.border_title = f"Source · {os.path.basename(file)}:{line}"
+        self._shown = (file, line, note)
+        where = f"{os.path.basename(file)}:{line}"
+        self.border_title = f"Source · {where}" + (f" · {note}" if note else "")
         lines = linecache.getlines(file)
         if not lines or line > len(lines):
             code = source.get("code") if source else None

@@ -59,7 +59,12 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     if breakpoints:
         text.append(f"  ●{breakpoints}", style="red")
     text.append("   ")
-    for key, what in HINTS:
+    hints = HINTS
+    count = len(snapshot.diagnoses)
+    if count:  # the banner may be dismissed: say how to bring it back
+        what = f"{count} diagnos{'is' if count == 1 else 'es'}"
+        hints = (*HINTS[:-2], ("d", what), *HINTS[-2:])
+    for key, what in hints:
         text.append(f" {key}", style="bold cyan")
         text.append(f" {what}", style="dim")
     return text
