@@ -21,6 +21,7 @@ from tests.tui_fixtures import (
     SOURCE_FILE,
     accumulating_diagnosis,
     diagnosis,
+    example_events,
 )
 
 SIZE = (140, 42)
@@ -127,7 +128,7 @@ async def test_banner_appears_selects_node_and_shows_source() -> None:
         graph = app.query_one(GraphPanel)
         assert graph.cursor_node is not None and graph.cursor_node.data.node == ADD
         assert "Gradients · AddBackward0 #2" in text
-        assert source_title(app) == f"Source · tui_fixtures.py:{OUT_LINE} · graph_freed"
+        assert source_title(app) == f"Source · tui_fixtures.py:{OUT_LINE} · diagnosis"
         assert "out = (x * y + x) ** 2" in marked_line(app)
         assert "d 1 diagnosis" in line_with(text, "pass 1", "backward")
         assert banner(app).has_class("-error")
@@ -141,7 +142,7 @@ async def test_source_shows_a_line_the_node_lacks() -> None:
         assert app.selected == ACC_X  # a leaf: no forward line of its own
         assert banner(app).has_class("-warning") and not banner(app).has_class("-error")
         assert "⚠ .grad keeps accumulating across steps" in screen_text(app)
-        assert source_title(app).endswith(f":{BACKWARD_LINE} · grad_accumulating")
+        assert source_title(app).endswith(f":{BACKWARD_LINE} · diagnosis")
         assert "out.backward()" in marked_line(app)
         # the person looks elsewhere: the Source panel follows the selection again
         app.query_one(GraphPanel).reveal(MUL)
@@ -231,7 +232,7 @@ async def test_diagnosis_on_a_node_of_another_pass() -> None:
         await feed(app, pilot, diagnosis(node=999, pass_=7))
         assert banner(app).display is True and "pass 7" in screen_text(app)
         assert app.selected == ADD  # not in the shown graph: the selection stays
-        assert source_title(app).endswith(" · graph_freed")
+        assert source_title(app).endswith(" · diagnosis")
 
 
 @pilot
@@ -244,3 +245,38 @@ async def test_help_lists_the_diagnosis_keys() -> None:
         text = screen_text(app)
         assert "d / D" in line_with(text, "next / previous diagnosis")
         assert "next / previous diagnosis" in text and "dismiss the diagnosis banner" in text
+
+
+@pilot
+async def test_a_stop_right_after_a_diagnosis_keeps_its_node_selected() -> None:
+    # the engine diagnoses AddBackward0 as it runs; the next stop (before MulBackward0) follows
+    events = example_events()
+    ran_add = next(i for i, ev in enumerate(events)
+                   if ev["event"] == "node" and ev["id"] == ADD)
+    events.insert(ran_add + 1, diagnosis(node=ADD))
+    app, link = make_app(stop=2, events=events)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "before MulBackward0 #3" in line_with(text, "pass 1", "backward")
+        assert "1 of 1" in text and app.selected == ADD
+        assert "Gradients · AddBackward0 #2" in text
+        await pilot.press("n")  # the person moves on: stops select their node again
+        await pilot.pause()
+        assert app.selected == ACC_X and banner(app).display is True
+
+
+@pilot
+async def test_narrow_terminal_keeps_the_whole_title() -> None:
+    app, _ = make_app(stop=3)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await feed(app, pilot, diagnosis(node=ADD))
+        text = screen_text(app)
+        head = line_with(text, "1 of 1")
+        assert "graph_freed" in head and "pass 1" in head
+        assert "dismiss" not in head  # the key hint gives way; the help screen lists the keys
+        lines = text.splitlines()
+        title = lines[0][:48].strip(" ▌✗") + " " + lines[1][:48].strip(" ▌")
+        assert " ".join(title.split()) == "Backward through a graph that was already freed"

@@ -98,6 +98,9 @@ class BackstepApp(App[int]):
         self._shown_stop: tuple[int, int] | None = None
         # the shown diagnosis's line stays in the Source panel until the person looks elsewhere
         self._diagnosis_pinned = False
+        # a diagnosis came into view since the last key that resumed the script: a stop that
+        # follows it (the engine diagnoses a node as it runs) must not take its selection away
+        self._diagnosis_new = False
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -140,6 +143,7 @@ class BackstepApp(App[int]):
         self.snapshot = snap
         stop = snap.stop
         key = (stop.pass_, stop.step) if stop is not None else None
+        new_stop = stop is not None and key != self._shown_stop
         if stop is not None and key != self._shown_stop:
             self._shown_stop = key
             self.waiting = False
@@ -157,6 +161,9 @@ class BackstepApp(App[int]):
         if self.narration is not None:
             self.query_one(NarrationPanel).show(snap)
         if self.query_one(DiagnosisBanner).show(snap.diagnoses):
+            self._diagnosis_new = True
+            self._focus_diagnosis()
+        elif new_stop and self._diagnosis_new:
             self._focus_diagnosis()
         self._refresh_details()
 
@@ -230,7 +237,7 @@ class BackstepApp(App[int]):
         self.query_one(SavedPanel).show(f)
         diag = self._diagnosis_in_source()
         if diag is not None:
-            self.query_one(SourcePanel).show_source(diag.source, diag.kind)
+            self.query_one(SourcePanel).show_source(diag.source, "diagnosis")
         else:
             self.query_one(SourcePanel).show(f)
         self.query_one(LeavesPanel).show(self.snapshot)
@@ -303,6 +310,7 @@ class BackstepApp(App[int]):
             return
         if self.send({"cmd": command}):
             self.waiting = True
+            self._diagnosis_new = False
             self._refresh_status()
 
     def action_interrupt(self) -> None:

@@ -72,6 +72,7 @@ class DiagnosisBanner(Vertical):
             yield Static(id="diag-title")
             yield Static(id="diag-tags")
             yield Static(id="diag-count")
+            yield Static(HINT, id="diag-hint")
         yield Static(id="diag-message")
         yield Static(id="diag-related")
 
@@ -135,7 +136,6 @@ class DiagnosisBanner(Vertical):
         self.query_one("#diag-title", Static).update(Text(f"{icon} {title}", style="bold"))
         self.query_one("#diag-tags", Static).update(tags_text(diag))
         count = Text(f"{self.index + 1} of {len(self.diagnoses)}", style="bold")
-        count.append(f"  {HINT}", style="dim")
         self.query_one("#diag-count", Static).update(count)
         self.query_one("#diag-message", Static).update(Text(diag.message))
         related = self.query_one("#diag-related", Static)
