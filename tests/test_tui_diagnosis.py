@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
+from backstep.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
+from backstep.tui.live import LiveLink
 from backstep.tui.model import Related, SessionModel
 from backstep.tui.source import SourcePanel
 from tests.test_tui import line_with, make_app, pilot, screen_text
@@ -25,6 +30,7 @@ from tests.tui_fixtures import (
 )
 
 SIZE = (140, 42)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def three() -> list[dict[str, Any]]:
@@ -280,3 +286,34 @@ async def test_narrow_terminal_keeps_the_whole_title() -> None:
         lines = text.splitlines()
         title = lines[0][:48].strip(" ▌✗") + " " + lines[1][:48].strip(" ▌")
         assert " ".join(title.split()) == "Backward through a graph that was already freed"
+
+
+def test_live_debuggee_banner_on_backward_twice() -> None:
+    """End to end: a real debuggee runs a pitfall script, the engine diagnoses it, the banner
+    shows it with the node selected and its forward line in the Source panel."""
+    script = REPO / "tests" / "pitfalls" / "backward_twice.py"
+    link = LiveLink(debuggee_command(str(script), [], source=True))
+    app = BackstepApp(link)  # stops at each pass start; `c` goes on to the next one
+
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            deadline = time.monotonic() + 60
+            while app.snapshot.exit is None or banner(app).current is None:
+                assert time.monotonic() < deadline, "no diagnosis from the debuggee"
+                if app.snapshot.stop is not None and not app.waiting:
+                    await pilot.press("c")
+                await pilot.pause(0.05)
+            await pilot.pause(0.05)
+            text = screen_text(app)
+            assert "Backward through a graph that was already freed" in text
+            assert "backward_twice.py:7" in line_with(text, "freed by")
+            assert app.snapshot.pass_ is not None
+            selected = app.snapshot.pass_.graph.nodes[app.selected or -1]
+            assert selected.name == "PowBackward0"
+            assert source_title(app) == "Source · backward_twice.py:6 · diagnosis"
+            assert "out = x**3" in marked_line(app)
+
+    try:
+        asyncio.run(run())
+    finally:
+        link.close()
