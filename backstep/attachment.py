@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import termios
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -170,8 +171,13 @@ class _UIAttachment(_Attachment):
         self.saved_fds: dict[int, int] = {}  # fd -> a duplicate of what it was before
         self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (read end, write end)
         self._restore_lock = threading.Lock()
+        self.terminal: list[Any] | None = None  # fd 0's terminal modes before the UI came up
 
     def start(self) -> None:
+        try:
+            self.terminal = termios.tcgetattr(0)
+        except (termios.error, OSError):
+            self.terminal = None
         self.listener = transport.Listener()
         for fd in (1, 2):
             self.pipes[fd] = os.pipe()
@@ -219,16 +225,29 @@ class _UIAttachment(_Attachment):
             os.close(write_end)
 
     def _serve(self) -> None:
-        from backstep.engine.debuggee import _read_commands
-
-        assert self.channel is not None
-        _read_commands(self.channel, self.controller)  # returns when the UI is gone
+        """Feed the UI's commands to the controller until it leaves. Its ``detach`` is not
+        passed on: releasing the paused script must wait until the UI has given the terminal
+        back and fds 1 and 2 are restored, which ``stop`` does in that order."""
+        channel = self.channel
+        assert channel is not None
+        while True:
+            try:
+                message = channel.receive()
+            except protocol.ProtocolError as exc:
+                channel.send({"event": "error", "message": str(exc), "req": None})
+                continue
+            if message is None or message.get("cmd") == "detach":
+                break
+            self.controller.feed(message)
         self.stop()
 
     def stop(self) -> None:
         """Restore everything; safe from any thread, any number of times."""
         with self._restore_lock:
-            # fds first: once the paused script is released, everything it prints must reach
+            # the UI first: the script (and a later attach's UI) may use the terminal only once
+            # this UI has let go of it
+            self._end_ui()
+            # then the fds: once the paused script is released, everything it prints must reach
             # the terminal, not a pipe that the exiting UI may still be reading
             self._restore_fds()
             if self.controller is not None:
@@ -240,9 +259,30 @@ class _UIAttachment(_Attachment):
             if self.listener is not None:
                 self.listener.close()
                 self.listener = None
-        if self.process is not None and threading.current_thread() is not threading.main_thread():
-            with contextlib.suppress(Exception):
-                self.process.wait(timeout=5)
+
+    def _end_ui(self) -> None:
+        """Wait for the UI to leave (end it if the script detaches on its own), then put the
+        terminal back as it was, whatever state a UI that died left it in."""
+        process = self.process
+        if process is None:
+            return
+        self.process = None
+        if process.poll() is None:
+            if threading.current_thread() is threading.main_thread():
+                process.terminate()  # detach() from the script itself
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.terminal is not None:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(0, termios.TCSADRAIN, self.terminal)
+        if process.returncode != 0 and self.saved_fds:
+            # leave the alternate screen, show the cursor, stop mouse reporting
+            with contextlib.suppress(OSError):
+                os.write(self.saved_fds[1], b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1003l"
+                                            b"\x1b[?1006l\x1b[?2004l\r\n")
 
     def _restore_fds(self) -> None:
         if not self.saved_fds:
@@ -268,12 +308,12 @@ class _UIAttachment(_Attachment):
 
     def _at_exit(self) -> None:
         """The script is ending with the UI still up: let the person read it, then restore."""
-        channel = self.channel
-        if channel is not None and self.process is not None and self.process.poll() is None:
+        channel, process = self.channel, self.process
+        if channel is not None and process is not None and process.poll() is None:
             # an uncaught exception has been printed and left in sys.last_value by now;
             # sys.exit(N)'s N is not visible to atexit handlers, so a clean end reads as 0
             code = 1 if getattr(sys, "last_value", None) is not None else 0
             channel.send({"event": "exit", "code": code, "traceback": None})
             with contextlib.suppress(Exception):
-                self.process.wait()
+                process.wait()
         self.stop()
