@@ -230,13 +230,8 @@ class _UIAttachment(_Attachment):
         back and fds 1 and 2 are restored, which ``stop`` does in that order."""
         channel = self.channel
         assert channel is not None
-        while True:
-            try:
-                message = channel.receive()
-            except protocol.ProtocolError as exc:
-                channel.send({"event": "error", "message": str(exc), "req": None})
-                continue
-            if message is None or message.get("cmd") == "detach":
+        for message in channel.incoming():
+            if message.get("cmd") == "detach":
                 break
             self.controller.feed(message)
         self.stop()

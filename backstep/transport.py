@@ -14,6 +14,7 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from backstep import protocol
@@ -57,6 +58,19 @@ class Channel:
             self._discard_rest_of_line()
             raise protocol.ProtocolError("message too long")
         return protocol.decode(line)
+
+    def incoming(self) -> Iterator[dict[str, Any]]:
+        """Messages until the peer leaves; garbage is answered with an ``error`` event and
+        skipped, so a bad line never ends the conversation."""
+        while True:
+            try:
+                message = self.receive()
+            except protocol.ProtocolError as exc:
+                self.send({"event": "error", "message": str(exc), "req": None})
+                continue
+            if message is None:
+                return
+            yield message
 
     def _discard_rest_of_line(self) -> None:
         while True:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -73,15 +71,16 @@ def time_modes(name: str, reps: int) -> dict[str, float]:
 
 def peak_rss(name: str, mode: str, iterations: int) -> int:
     """Peak RSS (KiB) of a fresh process running ``iterations`` forward+backward steps."""
-    code = (
-        "import sys,os,resource;sys.path.insert(0,%r);"
-        "from bench_engine import _capture, WORKLOADS;"
-        "model, make_loss = WORKLOADS[%r]();cap=_capture(%r)\n"
-        "if cap: cap.install()\n"
-        "for _ in range(%d):\n"
-        "    make_loss().backward(); model.zero_grad(set_to_none=True)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-    ) % (os.path.dirname(os.path.abspath(__file__)), name, mode, iterations)
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = "\n".join([
+        f"import sys, resource; sys.path.insert(0, {here!r})",
+        "from bench_engine import _capture, WORKLOADS",
+        f"model, make_loss = WORKLOADS[{name!r}](); cap = _capture({mode!r})",
+        "if cap: cap.install()",
+        f"for _ in range({iterations}):",
+        "    make_loss().backward(); model.zero_grad(set_to_none=True)",
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)",
+    ])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1])
 

@@ -29,19 +29,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     from backstep.engine.recorder import JsonlRecorder
-    from backstep.engine.runner import ScriptMissing, check_script, run_script
-    from backstep.engine.session import Session, session_event
+    from backstep.engine.runner import run_script
+    from backstep.engine.session import Session, refuse_missing, session_event
 
     recorder = JsonlRecorder(stream)
     recorder.emit(session_event([args.script, *args.args]))
     recorder.flush()
-    try:
-        check_script(args.script)
-    except ScriptMissing as exc:
-        print(f"backstep trace: {exc}", file=sys.stderr)
-        recorder.emit({"event": "exit", "code": exc.code, "traceback": None})
+    missing = refuse_missing(args.script, "backstep trace", recorder)
+    if missing is not None:
         stream.close()
-        return exc.code
+        return missing
 
     def on_exit(code: int, traceback: str | None) -> None:
         recorder.emit({"event": "exit", "code": code, "traceback": traceback})

@@ -9,7 +9,6 @@ ends and no later pass stops: a debugger that lost its UI must never hang the sc
 from __future__ import annotations
 
 import fnmatch
-import math
 import queue
 import threading
 from collections.abc import Callable
@@ -75,20 +74,6 @@ class Breakpoints:
                     return f"module {pattern}"
         if leaf is not None and leaf in self.leaf_names:
             return f"leaf {leaf}"
-        return None
-
-    def match_gradients(self, summaries: list[dict[str, Any] | None]) -> tuple[str, str] | None:
-        """(reason, detail) when outgoing gradients trip a gradient breakpoint."""
-        for k, s in enumerate(summaries):
-            if s is None:
-                continue
-            if self.nonfinite and s.get("nonfinite"):
-                return "nonfinite", f"grad_inputs[{k}] has {s['nonfinite']} NaN/Inf values"
-            norm = s.get("norm")
-            if self.norm_above is not None and norm is not None:
-                value = float(norm) if isinstance(norm, str) else norm
-                if math.isnan(value) or value > self.norm_above:
-                    return "norm", f"grad_inputs[{k}] norm {norm} > {self.norm_above:g}"
         return None
 
 

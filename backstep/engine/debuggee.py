@@ -31,14 +31,8 @@ class ChannelSink:
 
 
 def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
-    while True:
-        try:
-            message = channel.receive()
-        except protocol.ProtocolError as exc:
-            channel.send({"event": "error", "message": str(exc), "req": None})
-            continue
-        if message is None:
-            return None
+    """The UI's ``start`` command (None if it left first); anything else gets an error."""
+    for message in channel.incoming():
         try:
             protocol.validate_command(message)
         except protocol.ProtocolError as exc:
@@ -47,19 +41,13 @@ def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
         if message["cmd"] == "start":
             return message
         channel.send({"event": "error", "message": "waiting for 'start'", "req": None})
+    return None
 
 
 def _read_commands(channel: transport.Channel, controller: Any) -> None:
-    while True:
-        try:
-            message = channel.receive()
-        except protocol.ProtocolError as exc:
-            channel.send({"event": "error", "message": str(exc), "req": None})
-            continue
-        if message is None:
-            controller.close()
-            return
+    for message in channel.incoming():
         controller.feed(message)
+    controller.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,21 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         pass
 
     from backstep.engine.controller import Controller
-    from backstep.engine.runner import ScriptMissing, check_script, run_script
-    from backstep.engine.session import Session, session_event
+    from backstep.engine.runner import run_script
+    from backstep.engine.session import Session, refuse_missing, session_event
 
     sink = ChannelSink(channel)
     sink.emit(session_event([args.script, *args.args]))
     start = _wait_for_start(channel)
     if start is None:
         return 1
-    try:
-        check_script(args.script)
-    except ScriptMissing as exc:
-        print(f"backstep run: {exc}", file=sys.stderr)
-        sink.emit({"event": "exit", "code": exc.code, "traceback": None})
+    missing = refuse_missing(args.script, "backstep run", sink)
+    if missing is not None:
         channel.close()
-        return exc.code
+        return missing
     controller = Controller(sink.emit, start.get("breakpoints") or [],
                             start.get("stop_at_pass_start", True))
     reader = threading.Thread(target=_read_commands, args=(channel, controller),

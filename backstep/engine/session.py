@@ -35,6 +35,21 @@ def session_event(argv: list[str]) -> dict[str, Any]:
     }
 
 
+def refuse_missing(path: str, who: str, sink: Sink) -> int | None:
+    """If python could not even start ``path``, say so as python does and return its exit
+    code (the sink gets the ``exit`` event); None when the script can run."""
+    from backstep.engine.runner import ScriptMissing, check_script
+
+    try:
+        check_script(path)
+    except ScriptMissing as exc:
+        print(f"{who}: {exc}", file=sys.stderr)
+        sink.emit({"event": "exit", "code": exc.code, "traceback": None})
+        sink.flush()
+        return exc.code
+    return None
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Calls ``callback`` once, right after the top-level ``torch`` package has executed."""
 
