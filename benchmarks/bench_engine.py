@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             base = peak_rss(name, "plain", iterations)
             traced = peak_rss(name, "trace", iterations)
             ratio = traced / base
-            rows.append((name, "trace peak RSS ratio", ratio, 1.10, ratio <= 1.10))
+            rows.append((name, f"peak RSS {base // 1024}->{traced // 1024} MiB", ratio, 1.10,
+                         ratio <= 1.10))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {reps}")
     print(f"{'workload':<10} {'measure':<24} {'value':>8} {'target':>8}  ok")
     for name, measure, value, target, ok in rows:
