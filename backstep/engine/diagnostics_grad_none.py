@@ -196,12 +196,17 @@ class ParameterCheck:
         found_names = naming.find_names(params, frame)
         frozen: list[str] = []
         unused: list[str] = []
+        untouched: list[str] = []
         done: set[int] = set()
         for var, module in roots:
             own = [(p, found_names.get(id(p)) or f"{var}.{q}")
                    for q, p in module.named_parameters()]
             if not any(name in leaves for _, name in own):
-                continue  # a module the loss does not use at all: often on purpose (GANs, heads)
+                # a module the loss does not use at all is often on purpose (GANs, other heads):
+                # mentioned only when a recorded cut (detach / no_grad) explains it
+                untouched.extend(name for p, name in own if p.requires_grad and id(p) not in done)
+                done.update(id(p) for p, _ in own)
+                continue
             for param, name in own:
                 if name in leaves or id(param) in done:
                     continue
@@ -209,6 +214,31 @@ class ParameterCheck:
                 (unused if param.requires_grad else frozen).append(name)
         number = event.get("pass")
         out: list[Found] = []
+        explained, unused = _explained(unused)
+        whole, _ = _explained(untouched)
+        for cut, names in [(c, n) for c, n in explained] + [({**c, "whole": True}, n)
+                                                             for c, n in whole]:
+            where = f"{_short(cut.get('file'))}:{cut.get('line')}"
+            code = f" (`{cut['code']}`)" if cut.get("code") else ""
+            how = (f"the output of {cut['module']} was detached at {where}{code}"
+                   if cut["kind"] == "detach"
+                   else f"{cut['module']} ran under torch.no_grad() at {where}{code}")
+            they = text.verb(names, "it is", "they are")
+            message = (
+                f"The loss of pass {number} does not depend on {text.names(names)}: {how}, so "
+                f"autograd has no path from the loss back to {text.verb(names, 'it', 'them')} "
+                f"and {they} left without a gradient. If {text.verb(names, 'it', 'they')} should "
+                f"train, drop the {'`.detach()`' if cut['kind'] == 'detach' else '`no_grad`'} "
+                f"there."
+            )
+            source = {"file": cut.get("file"), "line": cut.get("line"), "code": cut.get("code")}
+            if cut.get("whole"):
+                message += (" If that is on purpose (a GAN's generator during the "
+                            "discriminator step, a frozen feature extractor), ignore this.")
+            out.append((("grad_none-cut", *key, cut["module"]), diagnosis(
+                number, "grad_none", f"Cut from the graph: {cut['module']}", message,
+                severity="info" if cut.get("whole") else "warning",
+                source=source if cut.get("file") else caller)))
         if unused:
             they, them = text.verb(unused, "it is", "they are"), text.verb(unused, "it", "them")
             its = text.verb(unused, "its", "their")
@@ -237,6 +267,30 @@ class ParameterCheck:
                 number, "grad_none", "Frozen parameters get no gradient", message,
                 severity="info", source=caller)))
         return out
+
+
+def _explained(names: list[str]) -> tuple[list[tuple[dict[str, Any], list[str]]], list[str]]:
+    """Split parameter names into those a recorded graph cut explains (grouped by cut) and
+    the rest."""
+    try:
+        from backstep.engine.provenance_cuts import explain
+    except ImportError:
+        return [], names
+    groups: dict[tuple, tuple[dict[str, Any], list[str]]] = {}
+    rest = []
+    for name in names:
+        cut = explain(name)
+        if cut is None:
+            rest.append(name)
+        else:
+            groups.setdefault((cut["kind"], cut["module"], cut["line"]), (cut, []))[1].append(name)
+    return list(groups.values()), rest
+
+
+def _short(path: str | None) -> str:
+    import os
+
+    return os.path.basename(path) if path else "?"
 
 
 def _parameters(module: Any) -> list[Any]:

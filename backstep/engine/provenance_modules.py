@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from backstep.engine import provenance_cuts
 from backstep.engine.naming import frame_locals
 from backstep.engine.provenance_frames import _UNSET, call_impl_frame, find_source, user_frame
 
@@ -129,6 +130,9 @@ class ModuleTracker:
         try:
             entry = self._enter(module)
             entry.frame = call_impl_frame(sys._getframe(1))
+            if not torch.is_grad_enabled():
+                provenance_cuts.note("no_grad", entry.path,
+                                     find_source(sys._getframe(1), self._stack.entries))
             if self.on_no_grad is not None and (
                 not torch.is_grad_enabled() or _fast_path_possible(module, args)
             ):

@@ -24,6 +24,7 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
+from backstep.engine import provenance_cuts
 from backstep.engine.provenance_frames import find_source
 from backstep.engine.provenance_inplace import _names as _known_names
 from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
@@ -84,6 +85,8 @@ class TaggingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
+        if func in provenance_cuts.DETACH:
+            self.note_detach(args, sys._getframe(1))
         try:
             try:
                 op = _known_names[func] if not kwargs else mutating_name(func, kwargs)
@@ -102,6 +105,18 @@ class TaggingMode(TorchFunctionMode):
             except Exception:
                 pass
         return result
+
+    def note_detach(self, args: tuple[Any, ...], caller: FrameType | None) -> None:
+        """A tracked tensor detached: remember which module's output was cut, and where."""
+        try:
+            tensor = args[0] if args else None
+            grad_fn = getattr(tensor, "grad_fn", None)
+            if grad_fn is None:
+                return
+            module = grad_fn.metadata.get(MODULE_KEY)
+            provenance_cuts.note("detach", module, find_source(caller, self.tracker.entries()))
+        except Exception:
+            pass
 
     def after_call(
         self,
