@@ -335,3 +335,18 @@ def test_garbage_commands_get_errors() -> None:
                 {"cmd": "break", "breakpoints": [{"kind": "norm"}]}, {"cmd": "step"}):
         controller.feed(bad)
     assert [e["event"] for e in events] == ["error"] * 5
+
+
+def test_summaries_shown_at_a_stop_carry_a_histogram() -> None:
+    from backstep.engine.summary import summarize
+
+    stepper = AutoStepper("continue", stop_at_pass_start=True)
+    with captured(Capture(None, stepper.controller, record=False)):
+        w = torch.linspace(-1, 1, 100, requires_grad=True)
+        (w * w).sum().backward()
+    stop = [e for e in stepper.events if e["event"] == "stopped"][0]
+    assert stop["grad_outputs"][0].get("hist") is None  # a 0-dim seed: its value is shown instead
+    summary = summarize(torch.linspace(-1, 1, 100), hist=True)
+    assert summary is not None and sum(summary["hist"]) == 100 and len(summary["hist"]) == 24
+    nan = summarize(torch.tensor([1.0, float("nan"), 3.0, 2.0] * 10), hist=True)
+    assert nan is not None and sum(nan["hist"]) == 30 and nan["nonfinite"] == 10

@@ -399,8 +399,9 @@ class Capture:
             "reason": reason,
             "detail": detail,
             "after": after,
-            "grad_outputs": [summarize(g) for g in grad_outputs],
-            "grad_inputs": [summarize(g) for g in grad_inputs] if grad_inputs is not None else None,
+            "grad_outputs": [summarize(g, hist=True) for g in grad_outputs],
+            "grad_inputs": ([summarize(g, hist=True) for g in grad_inputs]
+                            if grad_inputs is not None else None),
             "saved": saved_status(graph.nodes[i], check=True),
         }
         if self.sink is not None:

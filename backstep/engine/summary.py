@@ -84,11 +84,52 @@ def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
             yield from _chunks(sub)
 
 
-def summarize(t: Any) -> dict[str, Any] | None:
-    """The summary of one tensor (None for None). Never raises."""
+HIST_BINS = 24
+
+
+def summarize(t: Any, hist: bool = False) -> dict[str, Any] | None:
+    """The summary of one tensor (None for None). Never raises.
+
+    ``hist`` adds ``"hist"``: counts of the finite values in equal bins between min and max — one
+    more pass over the tensor, so only for summaries a person is looking at (a stop), never per
+    node in a trace.
+    """
     batch = SummaryBatch()
     slot = batch.add(t)
-    return batch.compute()[slot] if slot is not None else None
+    if slot is None:
+        return None
+    out = batch.compute()[slot]
+    if hist and out is not None:
+        counts = _histogram(t, out)
+        if counts is not None:
+            out["hist"] = counts
+    return out
+
+
+def _histogram(t: torch.Tensor, summary: dict[str, Any]) -> list[int] | None:
+    if t.numel() <= SMALL:
+        return None
+    try:
+        with torch.no_grad():
+            data = t.detach()
+            if data.is_complex():
+                data = data.abs()
+            if data.layout != torch.strided or not data.is_floating_point():
+                return None
+            data = data.float()
+            lo, hi = summary.get("min"), summary.get("max")
+            if summary.get("nonfinite"):
+                data = data[torch.isfinite(data)]  # NaN/Inf are counted in "nonfinite"
+                if data.numel() == 0:
+                    return None
+                lo, hi = float(data.min()), float(data.max())
+            if not isinstance(lo, float) or not isinstance(hi, float):
+                return None
+            if hi <= lo:
+                return [int(data.numel())]
+            return [int(c) for c in torch.histc(data, bins=HIST_BINS, min=lo, max=hi).tolist()]
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
 
 
 def _careful(t: torch.Tensor) -> dict[str, Any]:
