@@ -27,6 +27,7 @@ from workloads import gpt_realistic, transformer_worst_case  # noqa: E402
 
 from backstep.engine.capture import Capture  # noqa: E402
 from backstep.engine.controller import Controller  # noqa: E402
+from backstep.engine.diagnostics import Diagnostician  # noqa: E402
 from backstep.engine.recorder import JsonlRecorder  # noqa: E402
 
 WORKLOADS = {"worst": transformer_worst_case, "realistic": gpt_realistic}
@@ -40,8 +41,8 @@ TARGETS = {  # mode -> (worst case, realistic) ratio targets from the engine iss
 def _capture(mode: str) -> Capture | None:
     if mode == "plain":
         return None
-    if mode == "trace":
-        return Capture(JsonlRecorder(open(os.devnull, "wb")))  # noqa: SIM115
+    if mode == "trace":  # as `backstep trace` records: diagnostics on, events encoded
+        return Capture(Diagnostician(JsonlRecorder(open(os.devnull, "wb"))))  # noqa: SIM115
     breakpoints = [{"kind": "nonfinite"}] if mode == "nonfinite" else []
     controller = Controller(lambda event: None, breakpoints, stop_at_pass_start=False)
     return Capture(None, controller)

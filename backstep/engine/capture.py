@@ -15,6 +15,7 @@ left on a retained graph never blocks a later, unrelated backward. Hooks never r
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import weakref
@@ -158,14 +159,19 @@ class Capture:
             return original(t_outputs, *args, **kwargs)
         stack = self._stack()
         stack.append(p)
+        frozen = p.record and _freeze_gc()
         try:
             result = original(t_outputs, *args, **kwargs)
         except BaseException as exc:
             stack.pop()
             self._end(p, exc)
+            if frozen:
+                gc.unfreeze()
             raise
         stack.pop()
         self._end(p, None)
+        if frozen:
+            gc.unfreeze()
         return result
 
     def _stack(self) -> list[Pass]:
@@ -609,6 +615,21 @@ class Capture:
             "offset": offset,
             "values": values,
         }
+
+
+def _freeze_gc() -> bool:
+    """Move every existing object out of the collector's reach for the length of a recorded pass.
+
+    Recording allocates a few dicts per node; each full collection that triggers would walk every
+    object the program has (torch alone tracks ~150,000), which measured 40% of a trace's cost.
+    Frozen objects are only exempt until ``gc.unfreeze()`` at pass end: what the program computes
+    is unchanged, only when pre-existing cyclic garbage is collected. Left alone when the program
+    froze objects itself or turned the collector off.
+    """
+    if not gc.isenabled() or gc.get_freeze_count():
+        return False
+    gc.freeze()
+    return True
 
 
 def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
