@@ -16,6 +16,7 @@ left on a retained graph never blocks a later, unrelated backward. Hooks never r
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 import weakref
@@ -207,7 +208,7 @@ class Capture:
         p.record = self.sink is not None and (self.record or p.stepping)
         p.options = {"retain_graph": retain_graph, "create_graph": create_graph,
                      "caller": naming.frame_source(naming.user_frame(sys._getframe(1))),
-                     "roots": [graph.ids[graph.index[e[0]]] for e in roots if e is not None],
+                     "roots": [graph.index[e[0]] for e in roots if e is not None],
                      "inputs": input_ids}
         if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
             self._name_leaves(p)
@@ -254,6 +255,7 @@ class Capture:
                 "parent": p.parent,
                 "api": p.api,
                 **p.options,
+                "roots": [graph.ids[i] for i in p.options["roots"]],
                 "thread": threading.current_thread().name,
                 "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
             }
@@ -632,29 +634,31 @@ def _freeze_gc() -> bool:
     return True
 
 
+_CHECKED_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                             torch.complex64, torch.complex128})
+
+
 def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
     """Cheap gradient-breakpoint check on a node's outgoing gradients.
 
     NaN and Inf propagate into a sum, so one reduction per gradient rules out non-finite values;
-    the exact count is computed only when that sum is not finite.
+    the exact count is computed only when that sum is not finite. Hooks run with grad mode off
+    (except under create_graph, where the reductions are simply not needed for anything).
     """
-    import math
-
+    nonfinite, above = bp.nonfinite, bp.norm_above
     for k, g in enumerate(grads):
-        if not isinstance(g, torch.Tensor) or g.numel() == 0 or g.is_meta:
+        if g is None or g.dtype not in _CHECKED_DTYPES:
             continue
-        try:
-            with torch.no_grad():
-                if bp.nonfinite and (g.is_floating_point() or g.is_complex()):
-                    if not math.isfinite(abs(g.sum().item())):
-                        bad = int((~torch.isfinite(g)).sum())
-                        if bad:
-                            return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
-                if bp.norm_above is not None and (g.is_floating_point() or g.is_complex()):
-                    norm = torch.linalg.vector_norm(g, dtype=torch.float64 if not g.is_complex()
-                                                    else None).item()
-                    if not norm <= bp.norm_above:
-                        return "norm", f"grad_inputs[{k}] norm {norm:.4g} > {bp.norm_above:g}"
+        try:  # a meta tensor's .item() raises: nothing to check there
+            if nonfinite and not math.isfinite(abs(g.sum().item())):
+                bad = int((~torch.isfinite(g)).sum())
+                if bad:
+                    return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
+            if above is not None:
+                norm = torch.linalg.vector_norm(
+                    g, dtype=None if g.is_complex() else torch.float64).item()
+                if not norm <= above:
+                    return "norm", f"grad_inputs[{k}] norm {norm:.4g} > {above:g}"
         except (RuntimeError, TypeError, NotImplementedError):
             continue
     return None

@@ -41,7 +41,7 @@ def gradient_edge(item: Any) -> tuple[Any, int] | None:
 class Graph:
     """Nodes in walk order (roots first), their ids, and edges as local indices."""
 
-    __slots__ = ("nodes", "ids", "index", "edges", "names")
+    __slots__ = ("nodes", "index", "edges", "_ids", "_names")
 
     def __init__(self, roots: list[Any]) -> None:
         nodes: list[Any] = []
@@ -71,8 +71,21 @@ class Graph:
         self.nodes = nodes
         self.index = index
         self.edges = edges
-        self.ids = [node_id(n) for n in nodes]
-        self.names = [n.name() for n in nodes]
+        self._ids: list[int] | None = None
+        self._names: list[str] | None = None
+
+    @property
+    def ids(self) -> list[int]:
+        """Node ids, assigned on first use: a pass that never stops or records needs none."""
+        if self._ids is None:
+            self._ids = [node_id(n) for n in self.nodes]
+        return self._ids
+
+    @property
+    def names(self) -> list[str]:
+        if self._names is None:
+            self._names = [n.name() for n in self.nodes]
+        return self._names
 
     def __len__(self) -> int:
         return len(self.nodes)
