@@ -350,3 +350,27 @@ def test_summaries_shown_at_a_stop_carry_a_histogram() -> None:
     assert summary is not None and sum(summary["hist"]) == 100 and len(summary["hist"]) == 24
     nan = summarize(torch.tensor([1.0, float("nan"), 3.0, 2.0] * 10), hist=True)
     assert nan is not None and sum(nan["hist"]) == 30 and nan["nonfinite"] == 10
+
+
+@pytest.mark.parametrize("case", ["twice", "inplace"])
+def test_errors_in_passes_without_hooks_are_still_explained(case: str) -> None:
+    controller = Controller(lambda e: None, stop_at_pass_start=False)  # nothing can stop
+    rec = ListRecorder()
+    with captured(Capture(rec, controller, record=False)):
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        b = a.exp()
+        c = (b * 2).sum()
+        if case == "twice":
+            c.backward()
+        else:
+            b.add_(1)
+        with pytest.raises(RuntimeError):
+            c.backward()
+    (failed,) = [e for e in rec.of("node") if e["error"]]
+    statuses = {s["name"]: s["status"] for s in failed["saved"]}
+    if case == "twice":
+        assert failed["name"] == "MulBackward0" and "freed" in statuses.values()
+    else:
+        assert failed["name"] == "ExpBackward0" and statuses["result"] == "modified"
+    assert rec.of("pass_end")[-1]["status"] == "error"
+    assert rec.of("pass_begin")[-1]["pass"] == rec.of("pass_end")[-1]["pass"]

@@ -151,7 +151,13 @@ class Capture:
             self.drain()
         live = controller is not None and controller.live()
         if not (self.record or live):
-            return original(t_outputs, *args, **kwargs)
+            if self.sink is None:
+                return original(t_outputs, *args, **kwargs)
+            try:
+                return original(t_outputs, *args, **kwargs)
+            except Exception as exc:
+                self._post_mortem(number, t_outputs, args, kwargs, exc)
+                raise
         try:
             p = self._begin(number, t_outputs, args, kwargs, live)
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
@@ -174,6 +180,51 @@ class Capture:
         if frozen:
             gc.unfreeze()
         return result
+
+    def _post_mortem(self, number: int, t_outputs: Any, args: tuple, kwargs: dict,
+                     exc: BaseException) -> None:
+        """A pass that ran without hooks failed: name the node that raised from the graph the
+        user's tensors still hold, and report the pass as a recorded one would (errors only).
+
+        Nodes that ran before the failure have released their buffers by now, so "freed" alone
+        is ambiguous: an in-place error is pinned on the first node (in the engine's order) with
+        a modified saved tensor; a freed-graph error only when the first node that needs saved
+        tensors at all has them freed. Otherwise the pass is reported without a node.
+        """
+        try:
+            p = self._begin(number, t_outputs, args, kwargs, live=False)
+            graph = p.graph
+            inplace = "modified by an inplace operation" in str(exc)
+            failed = saved = None
+            for i in graph.execution_order():
+                node = graph.nodes[i]
+                if not has_saved(node):
+                    continue
+                statuses = saved_status(node, check=True)
+                kinds = {s["status"] for s in statuses} - {"scalar", "none"}
+                if not kinds:
+                    continue  # only sizes and numbers saved: this node needs no buffers
+                if inplace and "modified" in kinds:
+                    failed, saved = i, statuses
+                    break
+                if not inplace:
+                    if "freed" in kinds:
+                        failed, saved = i, statuses
+                    break
+            self._announce(p)
+            if failed is not None:
+                self._emit({"event": "node", "pass": number, "step": None,
+                            "id": graph.ids[failed], "name": display_name(graph.names[failed]),
+                            "grad_outputs": None, "grad_inputs": None, "saved": saved,
+                            "error": _message(exc)})
+            self._emit({"event": "pass_end", "pass": number, "status": "error",
+                        "error": _message(exc), "skipped": [], "post_mortem": True})
+            if self.sink is not None:
+                self.sink.flush()
+        except Exception:  # noqa: BLE001 - a post-mortem must never mask the user's error
+            pass
+        finally:
+            self._live.pop(number, None)
 
     def _stack(self) -> list[Pass]:
         stack = getattr(self._local, "stack", None)

@@ -106,6 +106,29 @@ class Graph:
             "module": metadata.get(MODULE_KEY),
         }
 
+    def execution_order(self) -> list[int]:
+        """The order the engine runs these nodes in: a node is ready once every in-graph
+        producer has run, and the ready node with the highest sequence number goes first."""
+        import heapq
+
+        pending = [0] * len(self.nodes)
+        for out in self.edges:
+            for j in out:
+                if j is not None:
+                    pending[j] += 1
+        ready = [(-self.nodes[i]._sequence_nr(), i) for i, n in enumerate(pending) if n == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, i = heapq.heappop(ready)
+            order.append(i)
+            for j in self.edges[i]:
+                if j is not None:
+                    pending[j] -= 1
+                    if pending[j] == 0:
+                        heapq.heappush(ready, (-self.nodes[j]._sequence_nr(), j))
+        return order
+
     def ready_unrun(self, ran: list[int]) -> list[int]:
         """Nodes that have not run but whose every in-graph producer has: the candidates that
         were about to run when a pass stopped."""
