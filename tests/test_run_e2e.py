@@ -284,3 +284,25 @@ def test_hangup_ends_the_ui_and_the_debuggee(run_ui) -> None:
     assert ui.wait() is not None
     time.sleep(0.2)
     assert debuggees and not any(alive(pid) for pid in debuggees)
+
+
+def test_nonfinite_breakpoint_stops_where_the_nan_is_born(tmp_path: Path) -> None:
+    (tmp_path / "nan.py").write_text(
+        "import torch\n"
+        "x = torch.tensor([-1.0, 4.0], requires_grad=True)\n"
+        "y = torch.where(x > 0, x.sqrt(), torch.zeros_like(x))\n"
+        "y.sum().backward()\n"
+        "print('grad', x.grad)\n"
+    )
+    ui = Pty(["-m", "backstep", "run", "--no-stop-at-start", "--break", "nonfinite", "nan.py"],
+             tmp_path)
+    try:
+        screen = ui.expect(r"non-finite gradient .* after SqrtBackward0", timeout=90)
+        assert "Gradients · SqrtBackward0" in screen
+        assert "NaN/Inf gradient is born at SqrtBackward0" in ui.expect(r"born at SqrtBackward0")
+        ui.press("c")
+        ui.expect(r"script exited with code 0")
+        ui.press("q")
+        assert ui.wait() == 0
+    finally:
+        ui.kill()

@@ -441,11 +441,15 @@ class Capture:
         controller = self.controller
         assert controller is not None
         p.announced_stop = True
+        go_summaries = [summarize(g, hist=True) for g in grad_outputs]
+        gi_summaries = ([summarize(g, hist=True) for g in grad_inputs]
+                        if grad_inputs is not None else None)
+        saved = saved_status(p.graph.nodes[i], check=True)
         if p.record:
             self._flush(p)
         elif not p.announced:
             self._announce(p)
-            self._replay_ran(p)
+            self._replay_ran(p, i if after else None, (go_summaries, gi_summaries, saved))
         graph = p.graph
         node_id = graph.ids[i]
         p.held[node_id] = (grad_outputs, grad_inputs if grad_inputs is not None else ())
@@ -458,10 +462,9 @@ class Capture:
             "reason": reason,
             "detail": detail,
             "after": after,
-            "grad_outputs": [summarize(g, hist=True) for g in grad_outputs],
-            "grad_inputs": ([summarize(g, hist=True) for g in grad_inputs]
-                            if grad_inputs is not None else None),
-            "saved": saved_status(graph.nodes[i], check=True),
+            "grad_outputs": go_summaries,
+            "grad_inputs": gi_summaries,
+            "saved": saved,
         }
         if self.sink is not None:
             self.sink.flush()
@@ -475,13 +478,15 @@ class Capture:
             if command == "finish":
                 p.finishing = True
 
-    def _replay_ran(self, p: Pass) -> None:
-        """Node events, without gradients, for nodes that ran before a late announcement."""
+    def _replay_ran(self, p: Pass, stopped: int | None, known: tuple) -> None:
+        """Node events for nodes that ran before a late announcement: without gradients (they
+        were not kept), except the node a gradient breakpoint stopped after."""
         graph = p.graph
         for i in sorted((i for i, step in enumerate(p.ran) if step), key=p.ran.__getitem__):
+            go, gi, saved = known if i == stopped else (None, None, [])
             self._emit({"event": "node", "pass": p.number, "step": p.ran[i], "id": graph.ids[i],
-                        "name": display_name(graph.names[i]), "grad_outputs": None,
-                        "grad_inputs": None, "saved": [], "error": None})
+                        "name": display_name(graph.names[i]), "grad_outputs": go,
+                        "grad_inputs": gi, "saved": saved, "error": None})
 
     # -- output -----------------------------------------------------------------------------
     def _flush(self, p: Pass) -> dict[int, list[dict[str, Any] | None]]:

@@ -110,7 +110,8 @@ class Accumulation:
 
 @dataclass(frozen=True)
 class Stop:
-    """The debuggee is paused before node ``id`` runs (a ``stopped`` event)."""
+    """The debuggee is paused before node ``id`` runs — or, for a gradient breakpoint, just
+    after it ran (``after``) — a ``stopped`` event."""
 
     pass_: int
     step: int
@@ -120,6 +121,7 @@ class Stop:
     detail: str | None
     grad_outputs: tuple[Summary | None, ...]
     saved: tuple[SavedInfo, ...]
+    after: bool = False
 
 
 @dataclass(frozen=True)
@@ -479,6 +481,7 @@ class SessionModel:
             detail=str(ev["detail"]) if ev.get("detail") else None,
             grad_outputs=_summaries(ev.get("grad_outputs")),
             saved=_saved(ev.get("saved")),
+            after=ev.get("after") is True,
         )
         return replace(self._snap, stop=stop, running=False)
 

@@ -47,7 +47,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
         if stop.detail:
             text.append(f" ({stop.detail})", style="yellow")
-        text.append(f" before {stop.name} #{stop.id}")
+        text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
     elif view is not None and view.ended:
         text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
         if view.error:
