@@ -374,3 +374,15 @@ def test_errors_in_passes_without_hooks_are_still_explained(case: str) -> None:
         assert failed["name"] == "ExpBackward0" and statuses["result"] == "modified"
     assert rec.of("pass_end")[-1]["status"] == "error"
     assert rec.of("pass_begin")[-1]["pass"] == rec.of("pass_end")[-1]["pass"]
+
+
+def test_recording_that_starts_at_a_breakpoint_knows_each_leafs_grad_before() -> None:
+    stepper = AutoStepper("step", breakpoints=[{"kind": "node", "pattern": "Mul*"}],
+                          stop_at_pass_start=False)
+    rec = ListRecorder()
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    w.grad = torch.tensor([10.0, 10.0])
+    with captured(Capture(rec, stepper.controller, record=False)):
+        (w * w).sum().backward()
+    (acc,) = rec.of("accumulate")
+    assert acc["before"]["values"] == [10.0, 10.0] and acc["after"]["values"] == [12.0, 14.0]

@@ -471,7 +471,12 @@ class Capture:
         command = controller.pause(event, p)
         if command == "step":
             p.stepping = True
-            p.record = self.sink is not None
+            if not p.record and self.sink is not None:
+                # recording starts mid-pass: leaves still to accumulate need their .grad now
+                p.record = True
+                for j in p.before:
+                    if not p.ran[j]:
+                        p.before[j] = summarize(p.graph.nodes[j].variable.grad)
             self._ensure_hooks(p, pre=True, post=p.record)
         else:
             p.stepping = False
