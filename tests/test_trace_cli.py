@@ -164,3 +164,22 @@ def test_warnings_keep_their_text_line_and_once_per_location(tmp_path: Path) -> 
     assert "warn.py:7: UserWarning: The .grad attribute" in result.stderr
     assert "warn.py:8: UserWarning: Using a target size" in result.stderr
     assert any(e["event"] == "diagnosis" and e["kind"] == "grad_none" for e in events)
+
+
+def test_torch_compile_runs_unchanged(tmp_path: Path) -> None:
+    target = script(tmp_path, "compiled.py", """\
+        import torch
+        import torch.nn as nn
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 1))
+        compiled = torch.compile(model, backend="aot_eager")
+        x = torch.randn(4, 8)
+        for _ in range(2):
+            compiled(x).pow(2).mean().backward()
+        print(model[0].weight.grad.sum().item(), model[2].bias.grad.tolist())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    result, events = compare(tmp_path, target, env=env)  # same output: no extra warnings
+    begins = [e for e in events if e["event"] == "pass_begin"]
+    assert [b["pass"] for b in begins] == [1, 2], "torch.compile's own traced backward is not a pass"
+    assert any(n["name"] == "CompiledFunctionBackward" for n in begins[0]["nodes"])

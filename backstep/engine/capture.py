@@ -143,6 +143,9 @@ class Capture:
 
     # -- one pass ---------------------------------------------------------------------------
     def _run(self, original: Any, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+        if torch.compiler.is_compiling():
+            # torch.compile tracing its own backward (AOTAutograd): not one of the user's passes
+            return original(t_outputs, *args, **kwargs)
         with self._lock:
             self.passes += 1
             number = self.passes

@@ -66,6 +66,9 @@ def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
     return None
 
 
+_compiling = torch.compiler.is_compiling
+
+
 # Modules whose eval fast path is skipped when a torch-function mode is active.
 _FAST_PATH_TYPES = (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention)
 
@@ -127,6 +130,8 @@ class ModuleTracker:
     # -- hooks: never raise, never return a value -------------------------------------------
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
+        if _compiling():
+            return  # under torch.compile: trace nothing of ours into the user's graph
         try:
             entry = self._enter(module)
             entry.frame = call_impl_frame(sys._getframe(1))
@@ -141,6 +146,8 @@ class ModuleTracker:
             pass
 
     def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if _compiling():
+            return
         try:
             entries = self._stack.entries
             for index in range(len(entries) - 1, -1, -1):

@@ -30,6 +30,7 @@ from backstep.engine.provenance_inplace import _names as _known_names
 from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
 from backstep.engine.provenance_modules import ModuleTracker
 
+_compiling = torch.compiler.is_compiling
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"
 SAVED_VERSIONS_KEY = "backstep.saved_versions"
@@ -81,7 +82,7 @@ class TaggingMode(TorchFunctionMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
-        if not self.enabled:
+        if not self.enabled or _compiling():  # torch.compile traces the call, never our code
             return func(*args, **kwargs)
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
@@ -245,6 +246,8 @@ def _wrap_apply(original: Any) -> Callable[..., Any]:
 
     @functools.wraps(call)
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if _compiling():
+            return call(cls, *args, **kwargs)
         try:
             mode = _mode_here()
         except Exception:
