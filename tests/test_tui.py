@@ -64,6 +64,15 @@ def make_app(stop: int = 1, events: list[dict[str, Any]] | None = None,
     return BackstepApp(link, **kwargs), link
 
 
+async def open_tensor_view(app: Any, pilot: Any) -> None:
+    """Select the stopped node's first incoming gradient and press enter on it."""
+    panel = app.query_one(GradientsPanel)
+    panel.focus()
+    panel.highlighted = panel.get_option_index("grad_outputs:0")
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 @pilot
 async def test_first_stop_status_graph_and_gradients() -> None:
     app, link = make_app()
@@ -176,11 +185,7 @@ async def test_nonfinite_gradient_is_red() -> None:
 async def test_enter_opens_tensor_view_and_fetches_values() -> None:
     app, link = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        panel = app.query_one(GradientsPanel)
-        panel.focus()
-        panel.highlighted = panel.get_option_index("grad_outputs:0")
-        await pilot.press("enter")
-        await pilot.pause()
+        await open_tensor_view(app, pilot)
         assert isinstance(app.screen, TensorView)
         request = link.sent[-1]
         assert request["cmd"] == "tensor" and request["node"] == POW
@@ -199,11 +204,7 @@ async def test_enter_opens_tensor_view_and_fetches_values() -> None:
 async def test_tensor_view_shows_a_served_error() -> None:
     app, link = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        panel = app.query_one(GradientsPanel)
-        panel.focus()
-        panel.highlighted = panel.get_option_index("grad_outputs:0")
-        await pilot.press("enter")
-        await pilot.pause()
+        await open_tensor_view(app, pilot)
         req = link.sent[-1]["req"]
         app.post_message(ServerError("tensor is gone", req))
         await pilot.pause()
