@@ -284,7 +284,7 @@ class Capture:
                     continue  # leaves are shared by every graph over the same parameters
                 marker = node.metadata.get(RETAINED_KEY)
                 if marker is not None:
-                    marker.reused = True
+                    marker.state["reused"] = True
         self._ensure_hooks(
             p,
             pre=live and (p.stepping or bool(bp and bp.static)),
@@ -615,7 +615,7 @@ class Capture:
                 node.metadata[RETAINED_KEY] = marker
             if has_saved(node):
                 total += sum(s.get("bytes", 0) for s in saved_status(node) if s["status"] == "alive")
-        marker.bytes = total
+        marker.state["bytes"] = total
         self._retained_graphs += 1
         weakref.finalize(marker, self._released, p.number, marker.state).atexit = False
         del marker
@@ -729,28 +729,13 @@ def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
 
 
 class _Retained:
-    """Lives in the metadata of every node of a retained graph; dies with the last of them."""
+    """Lives in the metadata of every node of a retained graph; dies with the last of them.
+    Its ``state`` outlives it, for the finalizer that reports the release."""
 
     __slots__ = ("state", "__weakref__")
 
     def __init__(self, number: int) -> None:
         self.state = {"reused": False, "bytes": 0, "pass": number}
-
-    @property
-    def reused(self) -> bool:
-        return self.state["reused"]
-
-    @reused.setter
-    def reused(self, value: bool) -> None:
-        self.state["reused"] = value
-
-    @property
-    def bytes(self) -> int:
-        return self.state["bytes"]
-
-    @bytes.setter
-    def bytes(self, value: int) -> None:
-        self.state["bytes"] = value
 
 
 def _message(exc: BaseException) -> str:

@@ -9,6 +9,8 @@ import os
 import re
 from typing import Any
 
+from backstep.units import human_bytes
+
 Source = dict[str, Any]
 
 # What the backward formula of an op does that can turn a finite gradient into NaN/Inf.
@@ -70,14 +72,7 @@ def verb(items: list[str], one: str, many: str) -> str:
     return one if len(items) == 1 else many
 
 
-def size(nbytes: int) -> str:
-    """1536 -> ``1.5 KiB``."""
-    value = float(nbytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{nbytes} bytes"
+size = human_bytes  # the one bytes format, shared with the UI
 
 
 def saved_role(name: str) -> str:

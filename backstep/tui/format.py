@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from backstep.tui.model import NodeState, Summary, is_nonfinite, number
+from backstep.units import human_bytes
 
 SPARKS = "▁▂▃▄▅▆▇█"
 GLYPHS: dict[NodeState, tuple[str, str]] = {
@@ -38,14 +39,7 @@ def shape_text(shape: Any) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def nbytes(size: int) -> str:
-    """Bytes as a short human size."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
+nbytes = human_bytes  # the one bytes format, shared with the engine
 
 
 def sparkline(values: Sequence[float], width: int = 16) -> Text:
