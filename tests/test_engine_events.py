@@ -386,3 +386,40 @@ def test_recording_that_starts_at_a_breakpoint_knows_each_leafs_grad_before() ->
         (w * w).sum().backward()
     (acc,) = rec.of("accumulate")
     assert acc["before"]["values"] == [10.0, 10.0] and acc["after"]["values"] == [12.0, 14.0]
+
+
+def _first_stop(breakpoints: list[dict], build: Any) -> tuple[dict[str, Any], ListRecorder]:
+    stepper = AutoStepper("continue", breakpoints=breakpoints, stop_at_pass_start=False)
+    rec = ListRecorder()
+    with captured(Capture(rec, stepper.controller, record=False)):
+        build().backward()
+    stops = [e for e in stepper.events if e["event"] == "stopped"]
+    assert stops, "the breakpoint must stop the pass"
+    return stops[0], rec
+
+
+def test_gradient_breakpoints_skip_pass_through_nodes_but_keep_steps_exact() -> None:
+    def build() -> torch.Tensor:
+        x = torch.tensor([[0.0, 1.0, 4.0]], requires_grad=True)
+        y = x.t().reshape(3).sqrt().unsqueeze(0).view(3, 1)  # NaN-free forward, inf gradient
+        return (y.transpose(0, 1) * 2).sum()
+
+    stop, rec = _first_stop([{"kind": "nonfinite"}], build)
+    full = record(lambda: build().backward())
+    order = [(e["step"], e["name"]) for e in full.of("node")]
+    sqrt_step = next(step for step, name in order if name == "SqrtBackward0")
+    assert (stop["name"], stop["after"]) == ("SqrtBackward0", True)
+    assert stop["step"] == sqrt_step, "steps count the bare pass-through nodes too"
+    ran = [(e["step"], e["name"]) for e in rec.of("node")]
+    assert ran == [(step, name) for step, name in order if step <= sqrt_step]
+    assert rec.of("pass_end")[0]["skipped"] == [], "every node ran, hooked or not"
+
+
+def test_a_summed_gradient_entering_a_view_is_still_checked_there() -> None:
+    def build() -> torch.Tensor:
+        x = torch.ones(2, requires_grad=True)
+        v = (x * 3).view(2)  # two consumers: the engine sums their gradients before the view
+        return v.sum() + v.sum()
+
+    stop, _ = _first_stop([{"kind": "norm", "above": 2.0}], build)
+    assert (stop["name"], stop["reason"]) == ("ViewBackward0", "norm")

@@ -62,6 +62,8 @@ class Pass:
         self.announced = False  # pass_begin written
         self.has_pre = False
         self.has_post = False
+        self.post_on: list[bool] | None = None  # which nodes carry a post-hook
+        self.partial = False  # some nodes run without hooks: their steps come from the replay
         self.options: dict[str, Any] = {}
         self.announced_stop = False
         self.annotated = False
@@ -360,16 +362,27 @@ class Capture:
         return out
 
     def _ensure_hooks(self, p: Pass, pre: bool, post: bool) -> None:
-        """Install the hook kinds the pass lacks on every node that has not run yet."""
+        """Install the hook kinds the pass lacks on every node that has not run yet.
+
+        A pass that only checks gradient breakpoints leaves pass-through nodes bare (see
+        ``_gradient_nodes``); once it records, every node that has not run gets its post-hook.
+        """
         handles = p.handles
         nodes = p.graph.nodes
         ran = p.ran
-        if post and not p.has_post:
+        if post:
+            hooked = p.post_on
+            if hooked is None:
+                hooked = p.post_on = [False] * len(nodes)
+            wanted = None if p.record else _gradient_nodes(p)
+            if wanted is not None or not p.has_post or p.partial:
+                after = self._after
+                for i, node in enumerate(nodes):
+                    if not ran[i] and not hooked[i] and (wanted is None or wanted[i]):
+                        hooked[i] = True
+                        handles.append(node.register_hook(_post_hook(p, i, after)))
             p.has_post = True
-            after = self._after
-            for i, node in enumerate(nodes):
-                if not ran[i]:
-                    handles.append(node.register_hook(_post_hook(p, i, after)))
+            p.partial = wanted is not None and not all(wanted)
         if pre and not p.has_pre:
             p.has_pre = True
             before = self._before
@@ -377,10 +390,30 @@ class Capture:
                 if not ran[i]:
                     handles.append(node.register_prehook(_pre_hook(p, i, before)))
 
+    def _sync_ran(self, p: Pass, last: int | None, complete: bool = False) -> None:
+        """Steps of a pass whose pass-through nodes ran without hooks, from the engine's order.
+
+        The engine's order is deterministic on one thread: every node before the last one known
+        to have run (``last``, else the latest hooked one) has run too. Only a pass with neither
+        pre-hooks (which see every node) nor ``inputs=`` (which prunes nodes) is partial.
+        """
+        if not p.partial or p.has_pre:
+            return
+        order = p.graph.execution_order()
+        ran = p.ran
+        end = -1
+        for position, i in enumerate(order):
+            if ran[i] or i == last or complete:
+                end = position
+        for position in range(end + 1):
+            ran[order[position]] = position + 1
+        p.completed = end + 1
+
     # -- hooks ------------------------------------------------------------------------------
     def _before(self, p: Pass, i: int, grad_outputs: tuple) -> None:
         previous = p.current
-        if previous is not None and not p.ran[previous] and not p.has_post:
+        hooked = p.post_on
+        if previous is not None and not p.ran[previous] and not (hooked and hooked[previous]):
             p.completed += 1  # without post-hooks, entering a node means the last one finished
             p.ran[previous] = p.completed
         p.current = i
@@ -444,6 +477,7 @@ class Capture:
         controller = self.controller
         assert controller is not None
         p.announced_stop = True
+        self._sync_ran(p, i if after else None)
         go_summaries = [summarize(g, hist=True) for g in grad_outputs]
         gi_summaries = ([summarize(g, hist=True) for g in grad_inputs]
                         if grad_inputs is not None else None)
@@ -559,6 +593,7 @@ class Capture:
         if not p.announced:
             return
         self._flush(p)
+        self._sync_ran(p, None, complete=exc is None)  # a pass that ends well ran every node
         graph = p.graph
         if exc is None and p.options.get("retain_graph"):
             self._watch_retained(p)
@@ -681,6 +716,41 @@ class Capture:
             "offset": offset,
             "values": values,
         }
+
+
+# Backward nodes whose outgoing gradients are their one incoming gradient rearranged: viewed,
+# copied, sliced, or padded with zeros. No value is computed there, so a NaN cannot be born in
+# them and no outgoing gradient has a larger norm than the incoming one.
+_PASSTHROUGH = frozenset({
+    "AliasBackward0", "CatBackward0", "CloneBackward0", "DiagonalBackward0", "FlipBackward0",
+    "NarrowBackward0", "PermuteBackward0", "ReshapeAliasBackward0", "RollBackward0",
+    "SelectBackward0", "SliceBackward0", "SqueezeBackward0", "SqueezeBackward1",
+    "SqueezeBackward2", "SqueezeBackward3", "SqueezeBackward4", "StackBackward0", "TBackward0",
+    "TransposeBackward0", "TransposeBackward1", "UnsafeViewBackward0", "UnsqueezeBackward0",
+    "ViewBackward0", "ViewAsComplexBackward0", "ViewAsRealBackward0", _ACCUMULATE,
+})
+
+
+def _gradient_nodes(p: Pass) -> list[bool] | None:
+    """Which nodes a pass that only checks gradient breakpoints must hook, or None for all.
+
+    A pass-through node (``_PASSTHROUGH``; AccumulateGrad has no outgoing gradient) can be left
+    bare when its incoming gradient is exactly what its one consumer produced, and so was already
+    checked there: one in-graph consumer edge, not a root. Passes that prune nodes
+    (``inputs=``, ``autograd.grad``) hook everything, so the engine's order stays replayable.
+    """
+    if p.api != "backward" or p.options.get("inputs"):
+        return None
+    graph = p.graph
+    consumers = [0] * len(graph)
+    for out in graph.edges:
+        for j in out:
+            if j is not None:
+                consumers[j] += 1
+    for root in p.options.get("roots") or ():
+        consumers[root] = 2
+    return [not (name in _PASSTHROUGH and consumers[i] == 1 or name == _ACCUMULATE)
+            for i, name in enumerate(graph.names)]
 
 
 def _freeze_gc() -> bool:
