@@ -8,6 +8,9 @@ Modes, interleaved repetition by repetition so machine noise hits them alike (me
   trace       recording every node (``backstep trace``), events encoded to /dev/null
   armed       the live controller attached after "continue" with no breakpoints
   nonfinite   armed with a break-on-non-finite breakpoint (never trips here)
+  floor rows  what any recorder built on Python node hooks pays before it writes anything:
+              a post-hook on every node that keeps the gradients it sees (hooks), and the same
+              plus one exact min/max/sum/norm of every distinct gradient (hooks + reductions)
 Peak RSS is measured in child processes (trace vs plain, same iterations).
 """
 
@@ -48,19 +51,56 @@ def _capture(mode: str) -> Capture | None:
     return Capture(None, controller)
 
 
+def _walk(root: torch.autograd.graph.Node) -> list[torch.autograd.graph.Node]:
+    nodes, seen, stack = [], {root}, [root]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return nodes
+
+
+def _floor_backward(loss: torch.Tensor, reduce: bool) -> None:
+    """The least a per-node recorder does: hook every node, keep what it sees, unhook; with
+    ``reduce``, also one exact min/max, sum and norm per distinct gradient (batched norms)."""
+    seen: list[tuple] = []
+    handles = [node.register_hook(lambda gi, go: seen.append((gi, go)))
+               for node in _walk(loss.grad_fn)]
+    loss.backward()
+    for handle in handles:
+        handle.remove()
+    if reduce:
+        grads = list({id(g): g for pair in seen for group in pair for g in group
+                      if g is not None}.values())
+        extrema = [g.aminmax() for g in grads]
+        sums = [g.sum() for g in grads]
+        norms = torch._foreach_norm(grads)
+        torch.stack([torch.stack([e.min for e in extrema]), torch.stack([e.max for e in extrema]),
+                     torch.stack(sums), torch.stack(norms)]).tolist()
+
+
+FLOORS = {"floor: hooks": False, "floor: hooks + reductions": True}
+
+
 def time_modes(name: str, reps: int) -> dict[str, float]:
     model, make_loss = WORKLOADS[name]()
-    modes = ["plain", "trace", "armed", "nonfinite"]
-    captures = {mode: _capture(mode) for mode in modes}
+    modes = ["plain", "trace", "armed", "nonfinite", *FLOORS]
+    captures = {mode: _capture(mode) for mode in modes if mode not in FLOORS}
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
     for rep in range(reps + 2):
         for mode in modes:
             loss = make_loss()
-            capture = captures[mode]
+            capture = captures.get(mode)
             if capture is not None:
                 capture.install()
             start = time.perf_counter()
-            loss.backward()
+            if mode in FLOORS:
+                _floor_backward(loss, FLOORS[mode])
+            else:
+                loss.backward()
             elapsed = time.perf_counter() - start
             if capture is not None:
                 capture.uninstall()
@@ -101,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode, targets in TARGETS.items():
             ratio = times[mode] / plain
             rows.append((name, f"{mode} ratio", ratio, targets[column], ratio <= targets[column]))
+        for mode in FLOORS:
+            rows.append((name, f"{mode}", times[mode] / plain, None, None))
         if not args.no_rss:
             iterations = 3 if args.quick else 5
             base = peak_rss(name, "plain", iterations)
