@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import IO, Any, Protocol
 
 from backstep.protocol import encode
+
+_NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
+              "error")
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 class Sink(Protocol):
@@ -15,15 +20,57 @@ class Sink(Protocol):
 
 
 class JsonlRecorder:
-    """Appends events to a binary file, one strict-JSON line each; thread-safe."""
+    """Appends events to a binary file, one strict-JSON line each; thread-safe.
+
+    Most of a trace is gradient summaries, and most summaries appear twice: as one node's
+    ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
+    written from the text of each summary, encoded once while it is in use.
+    """
+
+    CACHE = 4096  # summaries remembered (each held, so its id() cannot be reused meanwhile)
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self._lock = threading.Lock()
+        self._texts: dict[int, tuple[Any, str]] = {}
+
+    def _summaries(self, group: Any) -> str:
+        if group is None:
+            return "null"
+        texts = self._texts
+        parts = []
+        for summary in group:
+            hit = texts.get(id(summary))
+            if hit is None or hit[0] is not summary:
+                if len(texts) >= self.CACHE:
+                    texts.clear()
+                hit = texts[id(summary)] = (summary, _dumps(summary))
+            parts.append(hit[1])
+        return "[" + ",".join(parts) + "]"
+
+    def _encode(self, event: dict[str, Any]) -> bytes:
+        if tuple(event) != _NODE_KEYS:
+            if event.get("event") == "pass_end":
+                self._texts.clear()
+            return encode(event)
+        number, step, node_id, name, error = (event["pass"], event["step"], event["id"],
+                                              event["name"], event["error"])
+        if not (type(number) is int and type(step) is int and type(node_id) is int
+                and type(name) is str and name.isidentifier() and error is None):
+            return encode(event)
+        return (
+            f'{{"event":"node","pass":{number},"step":{step},"id":{node_id},"name":"{name}",'
+            f'"grad_outputs":{self._summaries(event["grad_outputs"])},'
+            f'"grad_inputs":{self._summaries(event["grad_inputs"])},'
+            f'"saved":{_dumps(event["saved"])},"error":null}}\n'
+        ).encode()
 
     def emit(self, event: dict[str, Any]) -> None:
-        data = encode(event)
         with self._lock:
+            try:
+                data = self._encode(event)
+            except (TypeError, ValueError):
+                data = encode(event)  # raises as it always did for what JSON cannot carry
             try:
                 self.stream.write(data)
             except (OSError, ValueError):

@@ -52,7 +52,10 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, float):
         return value if value == value and abs(value) != float("inf") else str(value)
     if isinstance(value, (list, tuple)):
-        return [_scalar(v) for v in value][:64]
+        value = value[:64]
+        if all(type(v) is int and 0 <= v < (1 << 63) for v in value):
+            return list(value)  # sizes and strides, the usual case
+        return [_scalar(v) for v in value]
     return repr(value)[:80]
 
 

@@ -295,31 +295,42 @@ class SummaryBatch:
         extrema = [t.aminmax() for t in reps]
         norms = torch._foreach_norm(reps)
         sums = [t.sum() for t in reps]
-        stats = torch.stack(
+        raw = torch.stack(
             [
                 torch.stack([e.min for e in extrema]),
                 torch.stack([e.max for e in extrema]),
                 torch.stack(norms),
                 torch.stack(sums),
             ]
-        ).to(torch.float64).tolist()
+        ).to(torch.float64)
+        stats = raw.tolist()
+        digits = _DIGITS.get(dtype)
+        shown = _round_digits(raw, digits).tolist() if digits else stats
         small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
         small_values = torch.cat(small).tolist() if small else []
         mins, maxs, norm_list, sum_list = stats
+        shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
         pos = 0
         for t, i, j in zip(group, indices, owner, strict=True):
             lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
             n = t.numel()
             finite = math.isfinite(lo) and math.isfinite(hi)
-            if finite and not (math.isfinite(norm) and math.isfinite(total)):
+            overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
+            if overflowed:
                 # finite values whose float32 norm or sum overflowed: redo those in float64
                 norm = float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
                 total = float(t.detach().sum(dtype=torch.float64))
             out = _base(t)
-            out["min"] = _stat(lo, dtype)
-            out["max"] = _stat(hi, dtype)
+            if finite and not overflowed:  # rounded in one go above (NaN: not there)
+                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
+                out["min"] = a if a == a else _stat(lo, dtype)
+                out["max"] = b if b == b else _stat(hi, dtype)
+                out["norm"] = c if c == c else _stat(norm, dtype)
+            else:
+                out["min"] = _stat(lo, dtype)
+                out["max"] = _stat(hi, dtype)
+                out["norm"] = _stat(norm, dtype)
             out["mean"] = _stat(total / n, dtype)
-            out["norm"] = _stat(norm, dtype)
             out["nonfinite"] = 0 if finite else int((~torch.isfinite(t.detach())).sum())
             if n <= SMALL:
                 out["values"] = _values(small_values[pos : pos + n], dtype)
@@ -341,6 +352,28 @@ def _memory_key(t: torch.Tensor) -> tuple | None:
         return (t.data_ptr(), t.numel())
     except (RuntimeError, TypeError, NotImplementedError):
         return None
+
+
+_DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5}  # what _stat keeps
+
+
+def _round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
+    """``float(f"{v:.{digits}g}")`` for every finite float64 ``v`` at once.
+
+    ``n / 10**k`` (or ``n * 10**-k``) with an integer ``n`` and an exact power of ten is the
+    double nearest that decimal, so it prints as the short decimal. Where the power would not be
+    exact (|k| > 22) or ``v`` is not finite, NaN comes back, for ``_stat`` to treat; 0 stays 0.
+    """
+    magnitude = x.abs()
+    usable = torch.isfinite(x) & (magnitude > 0)
+    exponent = torch.floor(torch.log10(torch.where(usable, magnitude, 1.0)))
+    places = (digits - 1) - exponent
+    usable &= places.abs() <= 22
+    places = torch.where(usable, places, 0.0)
+    up = torch.pow(10.0, places.clamp(min=0))
+    down = torch.pow(10.0, (-places).clamp(min=0))
+    rounded = torch.round(x * up / down) / up * down
+    return torch.where(usable, rounded, torch.where(magnitude > 0, x.new_tensor(math.nan), x))
 
 
 def _stat(x: float, dtype: torch.dtype) -> float | str:
