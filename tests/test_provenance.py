@@ -15,7 +15,7 @@ from torch import nn
 from torch.autograd.function import Function
 from torch.utils.checkpoint import checkpoint
 
-from backstep.engine import provenance_inplace
+from backstep.engine import provenance_cuts, provenance_inplace
 from backstep.engine.provenance import (
     MODULE_KEY,
     SOURCE_KEY,
@@ -29,6 +29,14 @@ from backstep.engine.provenance import (
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HERE = str(Path(__file__).resolve())
+
+
+@pytest.fixture(autouse=True)
+def _forget_cuts() -> Iterator[None]:
+    """Cuts are process-wide: a module run under no_grad here must not explain a later test's
+    parameter (``encoder.weight`` in a pitfall script)."""
+    yield
+    provenance_cuts.clear()
 
 
 def marker_line(path: Path, marker: str) -> int:
@@ -470,7 +478,7 @@ def test_internal_failure_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(provenance_tagging, "find_source", broken)
-    monkeypatch.setattr(ModuleTracker, "_enter", broken)
+    monkeypatch.setattr(ModuleTracker, "_place", broken)
     gpt, idx = make_gpt()
     with Provenance():
         loss = gpt_loss(gpt, idx)

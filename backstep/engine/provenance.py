@@ -24,6 +24,7 @@ import torch
 
 from backstep.engine import provenance_inplace, provenance_warnings
 from backstep.engine.provenance_modules import ModuleTracker
+from backstep.engine.provenance_scopes import SCOPE_KEY, Region, resolve
 from backstep.engine.provenance_tagging import (
     MODULE_KEY,
     SAVED_VERSIONS_KEY,
@@ -39,6 +40,7 @@ from backstep.engine.provenance_tagging import (
 __all__ = [
     "MODULE_KEY",
     "SAVED_VERSIONS_KEY",
+    "SCOPE_KEY",
     "SOURCE_KEY",
     "SPAN_KEY",
     "Provenance",
@@ -79,6 +81,7 @@ class Provenance:
             mode = TaggingMode(tracker, self.saved_versions)
             try:
                 tracker.on_no_grad = lambda: pause_if_top(mode)
+                tracker.mode = mode
                 tracker.install()
                 add_mode(mode)
                 torch._C._push_on_torch_function_stack(mode)
@@ -131,7 +134,12 @@ class Provenance:
 
 def _metadata(node: Any, key: str) -> Any:
     try:
-        return node.metadata.get(key) if node is not None else None
+        if node is None:
+            return None
+        metadata = node.metadata
+        if type(metadata.get(SCOPE_KEY)) is Region:
+            resolve(node, metadata)  # made inside torch's modules: named when first asked
+        return metadata.get(key)
     except Exception:
         return None
 

@@ -29,6 +29,12 @@ def note(kind: str, module: str | None, source: dict[str, Any] | None) -> None:
                       "file": (source or {}).get("file"), "code": (source or {}).get("code")})
 
 
+def clear() -> None:
+    """Forget the cuts seen so far."""
+    with _lock:
+        _cuts.clear()
+
+
 def cuts() -> list[dict[str, Any]]:
     """The cuts seen so far, oldest first."""
     with _lock:

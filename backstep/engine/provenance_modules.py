@@ -5,6 +5,14 @@ stack) is named by the variable that holds it in the user's frame (``model``), e
 nested modules get their path from the root's ``named_modules()`` (cached, rebuilt at most once per
 root call when a module is missing), so ``model.encoder.layers.3.self_attn`` comes out whether
 the call went through a ModuleList or not.
+
+Inside torch's own modules the tracker also stands in for the torch-function mode (see
+provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
+mode is popped until it returns, and that module and the library modules it calls get cheap Scope
+entries instead of full ones (a few attribute reads and an append per call); a user module inside
+gets a full entry and the mode back for its forward. Forwards under no_grad, and eval-mode
+transformer modules whose fast path may run, pause the mode for their whole extent (no user module
+inside gets it back), so the fast path runs exactly as without backstep.
 """
 
 from __future__ import annotations
@@ -18,22 +26,35 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._C._autograd import _get_sequence_nr
 from torch.utils.hooks import RemovableHandle
 
 from backstep.engine import provenance_cuts
 from backstep.engine.naming import frame_locals
 from backstep.engine.provenance_frames import _UNSET, call_impl_frame, find_source, user_frame
-
-_ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
+from backstep.engine.provenance_inplace import record, tensor_versions
+from backstep.engine.provenance_scopes import (
+    LIBRARY_INPLACE,
+    TABLES,
+    Region,
+    _kinds,
+    _ModuleMap,
+    module_kind,
+    tag_outputs,
+)
 
 
 class _Entry:
     """One running forward: the module, its dotted path, and the root entry it is named from."""
 
-    __slots__ = ("module", "path", "origin", "rebuilt", "resume", "frame", "source", "table")
+    __slots__ = (
+        "module", "key", "path", "origin", "rebuilt", "resume", "frame", "source", "table",
+        "region",
+    )  # fmt: skip
 
     def __init__(self, module: nn.Module, path: str, origin: _Entry | None = None) -> None:
         self.module = module
+        self.key = id(module)
         self.path = path
         self.frame: FrameType | None = None  # its Module._call_impl frame, while it runs
         self.source: Any = _UNSET  # cache for find_source()
@@ -41,11 +62,13 @@ class _Entry:
         self.rebuilt = False  # the origin's module map was rebuilt during this call
         self.table: _ModuleMap | None = None  # the origin's module map, fetched once per call
         self.resume: Callable[[], None] | None = None  # run when this forward ends
+        self.region: Region | None = None  # the paused region a user module runs inside
 
 
 class _Stack(threading.local):
     def __init__(self) -> None:
-        self.entries: list[_Entry] = []
+        self.entries: list[Any] = []  # _Entry, Region and _Watch objects, innermost last
+        self.region: Region | None = None  # entries[-1] when it is a Region
 
 
 def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
@@ -66,7 +89,16 @@ def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
     return None
 
 
-_compiling = torch.compiler.is_compiling
+# torch.compiler.is_compiling() in two cheap steps: Dynamo folds is_dynamo_compiling() to True
+# while it traces, and _is_compiling_flag is what is_compiling() returns otherwise
+_compiler: Any = torch.compiler
+_dynamo_compiling = getattr(_compiler, "is_dynamo_compiling", None)
+if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
+    _dynamo_compiling = torch.compiler.is_compiling
+    _compiler = type("_NotCompiling", (), {"_is_compiling_flag": False})
+_grad_enabled = torch.is_grad_enabled
+_stack_depth = torch._C._len_torch_function_stack
+_stack_at = torch._C._get_function_stack_at
 
 
 # Modules whose eval fast path is skipped when a torch-function mode is active.
@@ -83,15 +115,69 @@ def _fast_path_possible(module: nn.Module, args: Any) -> bool:
     return not any(p.requires_grad for p in module.parameters())
 
 
+def _on_top(mode: Any) -> bool:
+    """``mode`` is the innermost torch-function mode of this thread."""
+    depth = _stack_depth()
+    return depth > 0 and _stack_at(depth - 1) is mode
+
+
+def _push_back(mode: Any) -> Callable[[], None]:
+    """Push ``mode`` (a user module's forward inside a paused region); returns the undo."""
+    torch._C._push_on_torch_function_stack(mode)
+
+    def pop() -> None:
+        if _on_top(mode):
+            torch._C._pop_torch_function_stack()
+
+    return pop
+
+
+def _note_inplace(
+    versions: list[tuple[torch.Tensor, int]], module: nn.Module | None, source: Any
+) -> list[torch.Tensor]:
+    """Record the arguments whose version moved during the module's call."""
+    changed: list[torch.Tensor] = []
+    name = type(module).__name__ if module is not None else "module"
+    for tensor, version in versions:
+        if tensor._version != version and not any(t is tensor for t in changed):
+            record(tensor, name, source)
+            changed.append(tensor)
+    return changed
+
+
+class _Watch:
+    """An inner library module built with ``inplace=True`` while it runs in a region: its
+    arguments' versions, checked when it returns."""
+
+    __slots__ = ("region", "key", "versions")
+
+    path = property(lambda self: self.region.path)  # type: ignore[misc]
+    origin = property(lambda self: self.region.origin)  # type: ignore[misc]
+    frame = None
+
+    def __init__(self, region: Region, module: nn.Module, args: Any) -> None:
+        self.region = region
+        self.key = id(module)
+        self.versions = tensor_versions(args, None)
+
+    def close(self, module: nn.Module | None) -> None:
+        versions, self.versions = self.versions, []
+        region = self.region
+        region.log.append(~_get_sequence_nr())
+        _note_inplace(versions, module, region.source)
+
+
 class ModuleTracker:
     """Global module forward hooks maintaining the per-thread module-path stack."""
 
     def __init__(self) -> None:
         self._stack = _Stack()
-        self._maps: weakref.WeakKeyDictionary[nn.Module, _ModuleMap] = weakref.WeakKeyDictionary()
+        self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
         self._handles: list[RemovableHandle] = []
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
+        # The torch-function mode (with ``enabled``) paused inside library modules; None: never.
+        self.mode: Any = None
 
     def install(self) -> None:
         """Register the global hooks (idempotent)."""
@@ -120,70 +206,216 @@ class ModuleTracker:
 
     def clear_thread(self) -> None:
         """Forget this thread's running modules (uninstall: nothing may hold their frames)."""
-        self._stack.entries.clear()
+        entries = self._stack.entries
+        for entry in entries:
+            if type(entry) is Region:
+                entry.finish(_get_sequence_nr())
+            elif type(entry) is _Watch:
+                entry.versions = []
+            else:
+                entry.frame = entry.table = entry.origin = None
+        entries.clear()
+        self._stack.region = None
 
     def current_path(self) -> str | None:
         """Dotted path of the innermost module whose forward runs on this thread, or None."""
         entries = self._stack.entries
         return entries[-1].path if entries else None
 
+    def current(self) -> Any:
+        """The innermost running-module entry of this thread (``path``, ``region``), or None."""
+        entries = self._stack.entries
+        return entries[-1] if entries else None
+
     # -- hooks: never raise, never return a value -------------------------------------------
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
-        if _compiling():
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
             return  # under torch.compile: trace nothing of ours into the user's graph
         try:
-            entry = self._enter(module)
-            entry.frame = call_impl_frame(sys._getframe(1))
-            if not torch.is_grad_enabled():
-                provenance_cuts.note("no_grad", entry.path,
-                                     find_source(sys._getframe(1), self._stack.entries))
-            if self.on_no_grad is not None and (
-                not torch.is_grad_enabled() or _fast_path_possible(module, args)
-            ):
-                entry.resume = self.on_no_grad()
+            region = self._stack.region
+            if region is not None:  # inside a library module, the mode paused
+                kind = _kinds.get(module.__class__)
+                if kind:  # a library module: log it, nothing else
+                    log = region.log
+                    log.append(id(module))
+                    log.append(_get_sequence_nr())
+                    if kind == LIBRARY_INPLACE and module.__dict__.get("inplace") is True:
+                        self._watch(region, module, args)
+                    return
+            self._enter_slow(module, args, sys._getframe(1))
         except Exception:
             pass
 
     def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if _compiling():
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
             return
         try:
-            entries = self._stack.entries
-            for index in range(len(entries) - 1, -1, -1):
-                if entries[index].module is module:
-                    ended = entries[index:]
-                    del entries[index:]
-                    for entry in reversed(ended):
-                        if entry.resume is not None:
-                            entry.resume()
-                        # a finished entry must hold no frame (its locals hold the forward's
-                        # outputs, and with them the graph) and no cycle through ``origin``
-                        entry.frame = entry.table = None
-                        entry.origin = None  # type: ignore[assignment]
-                    break
+            region = self._stack.region
+            if region is not None and region.key != id(module):  # an inner library module
+                region.log.append(~_get_sequence_nr())
+                return
+            self._exit_slow(module, output)
         except Exception:
             pass
 
+    # -- the slow paths ----------------------------------------------------------------------
+
+    def _enter_slow(self, module: nn.Module, args: Any, caller: FrameType) -> None:
+        """A forward outside a paused region, or a user (or new) module inside one."""
+        state = self._stack
+        entries = state.entries
+        region = state.region
+        kind = module_kind(type(module))
+        if region is not None and kind:  # a library module class seen for the first time
+            region.log.append(id(module))
+            region.log.append(_get_sequence_nr())
+            if kind == LIBRARY_INPLACE and module.__dict__.get("inplace") is True:
+                self._watch(region, module, args)
+            return
+        grad = _grad_enabled()
+        mode = self.mode
+        if (
+            grad
+            and kind
+            and mode is not None
+            and mode.enabled
+            and _on_top(mode)
+            and not _fast_path_possible(module, args)
+        ):
+            self._open_region(module, args, entries, caller)
+            return
+        path, origin = self._place(module, entries, caller)
+        entry = _Entry(module, path, origin)
+        entries.append(entry)
+        state.region = None
+        entry.frame = call_impl_frame(caller)
+        if not grad:
+            provenance_cuts.note("no_grad", entry.path, find_source(caller, entries))
+        if region is not None:
+            # a user module inside a library module: the mode comes back for its forward, so
+            # its ops get their own lines; what they make is tied to the region around it
+            entry.region = region
+            if (grad and mode is not None and mode.enabled
+                    and not _fast_path_possible(module, args)):
+                entry.resume = _push_back(mode)
+            return
+        if self.on_no_grad is not None and (not grad or _fast_path_possible(module, args)):
+            entry.resume = self.on_no_grad()
+
+    def _watch(self, region: Region, module: nn.Module, args: Any) -> None:
+        """An inner module built with ``inplace=True``: check its arguments when it returns."""
+        state = self._stack
+        state.entries.append(_Watch(region, module, args))
+        state.region = None
+
+    def _exit_slow(self, module: nn.Module, output: Any) -> None:
+        """A forward returned that is not an inner library module of a region."""
+        state = self._stack
+        entries = state.entries
+        if not entries:
+            return
+        top = entries[-1]
+        key = id(module)
+        try:
+            if top.key == key:
+                entries.pop()
+                if type(top) is Region:
+                    self._close_region(top, module, output)
+                elif type(top) is _Watch:
+                    top.close(module)
+                else:
+                    self._close_entry(top)
+            else:
+                self._unwind(key, output)
+        finally:
+            top = entries[-1] if entries else None
+            state.region = top if type(top) is Region else None
+
+    def _open_region(
+        self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType
+    ) -> None:
+        """A library module called with the mode on top: pop the mode until it returns."""
+        path, origin = self._place(module, entries, caller)
+        if origin is None:
+            origin = _Entry(module, path)
+            origin.origin = None  # type: ignore[assignment]  # a naming context, no cycle
+        impl = call_impl_frame(caller)
+        source = find_source(impl.f_back if impl is not None else caller, entries)
+        region = Region(id(module), path, origin, source, _get_sequence_nr())
+        region.versions = tensor_versions(args, None)
+        entries.append(region)
+        try:
+            torch._C._pop_torch_function_stack()
+        except Exception:
+            entries.pop()
+            region.finish(region.start)
+            raise
+        self._stack.region = region
+
+    def _close_region(self, region: Region, module: nn.Module | None, output: Any) -> None:
+        """The region's module returned: tag its outputs, note in-place changes of its
+        arguments, give the mode back."""
+        end = _get_sequence_nr()
+        versions = region.versions
+        try:
+            region.end = end
+            if end != region.start and output is not None:
+                tag_outputs(region, output)
+            if versions:
+                changed = _note_inplace(versions, module, region.source)
+                if changed and end != region.start:
+                    tag_outputs(region, changed)
+        finally:
+            region.finish(end)
+            mode = self.mode
+            if mode is not None and mode.enabled:
+                torch._C._push_on_torch_function_stack(mode)
+
+    @staticmethod
+    def _close_entry(entry: _Entry) -> None:
+        try:
+            if entry.resume is not None:
+                entry.resume()
+        finally:
+            # a finished entry must hold no frame (its locals hold the forward's outputs, and
+            # with them the graph) and no cycle through ``origin``
+            entry.frame = entry.table = None
+            entry.origin = None  # type: ignore[assignment]
+            entry.region = None
+
+    def _unwind(self, key: int, output: Any) -> None:
+        """A post-hook for a module below the top: end it and everything above it."""
+        entries = self._stack.entries
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index].key == key:
+                ended = entries[index:]
+                del entries[index:]
+                for entry in reversed(ended):
+                    if type(entry) is Region:
+                        self._close_region(entry, None, output if entry is ended[0] else None)
+                    elif type(entry) is _Watch:
+                        entry.close(None)
+                    else:
+                        self._close_entry(entry)
+                break
+
     # -- naming ------------------------------------------------------------------------------
 
-    def _enter(self, module: nn.Module) -> _Entry:
-        entries = self._stack.entries
+    def _place(
+        self, module: nn.Module, entries: list[Any], caller: FrameType | None
+    ) -> tuple[str, _Entry | None]:
+        """(dotted path, the origin entry it is named from; None: a new root)."""
         if not entries:
-            name = _variable_name(module, user_frame(sys._getframe(2)))
-            entry = _Entry(module, name or type(module).__name__)
-        else:
-            top = entries[-1]
-            origin = top.origin
-            relative = self._relative(origin, module)
-            if relative is None:  # not registered under the root: a new root below ``top``
-                name = _variable_name(module, user_frame(sys._getframe(2)))
-                entry = _Entry(module, f"{top.path}.{name or type(module).__name__}")
-            else:
-                path = f"{origin.path}.{relative}" if relative else origin.path
-                entry = _Entry(module, path, origin)
-        entries.append(entry)
-        return entry
+            name = _variable_name(module, user_frame(caller))
+            return name or type(module).__name__, None
+        top = entries[-1]
+        origin = top.origin
+        relative = self._relative(origin, module)
+        if relative is None:  # not registered under the root: a new root below ``top``
+            name = _variable_name(module, user_frame(caller))
+            return f"{top.path}.{name or type(module).__name__}", None
+        return (f"{origin.path}.{relative}" if relative else origin.path), origin
 
     def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
         """``module``'s path relative to ``origin.module`` ("" for itself), or None."""

@@ -29,12 +29,34 @@ from backstep.engine.provenance_frames import find_source
 from backstep.engine.provenance_inplace import _names as _known_names
 from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
 from backstep.engine.provenance_modules import ModuleTracker
+from backstep.engine.provenance_scopes import (
+    AROUND_KEY,
+    MODULE_KEY,
+    SAVED_VERSIONS_KEY,
+    SCOPE_KEY,
+    SOURCE_KEY,
+    SPAN_KEY,
+    Region,
+    inherit,
+    resolve,
+)
+
+__all__ = [
+    "AROUND_KEY",
+    "MODULE_KEY",
+    "SAVED_VERSIONS_KEY",
+    "SCOPE_KEY",
+    "SOURCE_KEY",
+    "SPAN_KEY",
+    "TaggingMode",
+    "add_mode",
+    "annotate",
+    "pause_if_top",
+    "remove_mode",
+    "saved_versions",
+]
 
 _compiling = torch.compiler.is_compiling
-SOURCE_KEY = "backstep.source"
-MODULE_KEY = "backstep.module"
-SAVED_VERSIONS_KEY = "backstep.saved_versions"
-SPAN_KEY = "backstep.span"  # (first, end) sequence numbers of the call that made the node
 
 _RAW_PREFIX = "_raw_saved_"
 _saved_names: dict[type, tuple[str, ...]] = {}
@@ -149,7 +171,9 @@ class TaggingMode(TorchFunctionMode):
     ) -> None:
         """Write the tags on the nodes (numbered in [start, end)) of the outputs and of the
         tensors modified in place; ``annotate`` passes them on to the call's inner nodes."""
-        module = self.tracker.current_path()
+        entry = self.tracker.current()
+        module = entry.path if entry is not None else None
+        region = entry.region if entry is not None else None  # a user module in a region
         if source is None and module is None:
             return
         if isinstance(result, torch.Tensor):
@@ -176,6 +200,8 @@ class TaggingMode(TorchFunctionMode):
                 metadata[MODULE_KEY] = module
             if span is not None:
                 metadata[SPAN_KEY] = span
+            if region is not None:
+                metadata[AROUND_KEY] = region
             if self.record_saved_versions:
                 try:
                     versions = saved_versions(node)
@@ -186,13 +212,15 @@ class TaggingMode(TorchFunctionMode):
 
 
 def annotate(roots: Any) -> int:
-    """Pass each tagged node's tags on to its untagged ancestors created by the same call.
+    """Complete the tags of the graph behind ``roots``; returns how many nodes got tags.
 
     A call seen by the mode (``F.multi_head_attention_forward``) may create many nodes; only its
     outputs are tagged during the forward (cheap), with the call's sequence-number span. Walking
     from the graph's roots, an untagged parent numbered inside a tagged node's span was made by
-    that same call and inherits its source and module. Returns how many nodes were tagged.
-    Holds nodes only for the duration of the walk.
+    that same call and inherits its source and module. Nodes made inside torch's own modules
+    carry the Region of the outermost one (provenance_scopes): they, and their untagged parents
+    that the region made, get the source, module path and Scope of the innermost module call
+    that made them. Holds nodes only for the duration of the walk.
     """
     stack = [node for node in roots if node is not None]
     done: set[Any] = set()
@@ -204,19 +232,33 @@ def annotate(roots: Any) -> int:
         done.add(node)
         metadata = node.metadata
         span = metadata.get(SPAN_KEY)
+        scope = metadata.get(SCOPE_KEY)
+        if type(scope) is Region:
+            if resolve(node, metadata) is not None:
+                count += 1
+            scope = metadata.get(SCOPE_KEY)
+        if scope is None:
+            scope = metadata.get(AROUND_KEY)
         for parent, _ in node.next_functions:
             if parent is None:
                 continue
-            if span is not None and span[0] <= parent._sequence_nr() < span[1]:
+            if span is not None or scope is not None:
                 inherited = parent.metadata
-                if SOURCE_KEY not in inherited and MODULE_KEY not in inherited:
-                    for key in (SOURCE_KEY, MODULE_KEY, SPAN_KEY):
-                        if key in metadata:
-                            inherited[key] = metadata[key]
-                    count += 1
-                    done.discard(parent)  # look at its parents again, now with a span
-                    stack.append(parent)
-                    continue
+                if (SOURCE_KEY not in inherited and MODULE_KEY not in inherited
+                        and SCOPE_KEY not in inherited):
+                    tagged = False
+                    if span is not None and span[0] <= parent._sequence_nr() < span[1]:
+                        for key in (SOURCE_KEY, MODULE_KEY, SPAN_KEY, SCOPE_KEY, AROUND_KEY):
+                            if key in metadata:
+                                inherited[key] = metadata[key]
+                        tagged = True
+                    elif scope is not None:
+                        tagged = inherit(scope, parent, inherited)
+                    if tagged:
+                        count += 1
+                        done.discard(parent)  # look at its parents again, now tagged
+                        stack.append(parent)
+                        continue
             if parent not in done:
                 stack.append(parent)
     return count
