@@ -216,6 +216,289 @@ def test_frozen_eval_fast_path_unchanged() -> None:
     assert torch.equal(plain, traced)
 
 
+# -- inside torch's own modules the mode is paused: scopes ------------------------------------
+
+
+def mode_stack() -> list[Any]:
+    """This thread's torch-function modes, innermost last."""
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def test_encoder_layers_get_the_call_line_and_inner_module_paths() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+    x = torch.randn(2, 5, 16)
+    with Provenance():
+        before = mode_stack()
+        out = model(x)  # @deep-call
+        assert mode_stack() == before
+        loss = out.mean()  # @deep-loss
+    # read before annotate: the output of the outermost library module resolves on its own
+    assert module_of(out.grad_fn) == "model.layers.3.norm2"
+    assert source_of(out.grad_fn)["line"] == this_line("deep-call")
+    graph = non_leaf(nodes(loss.grad_fn))
+    me = Path(HERE).name
+    spots: dict[str, set[tuple[str, int, str | None] | None]] = {}
+    for node in graph:
+        spots.setdefault(type(node).__name__, set()).add(where(node))
+    assert spots.pop("MeanBackward0") == {(me, this_line("deep-loss"), None)}
+    assert {spot[:2] for found in spots.values() for spot in found} == {
+        (me, this_line("deep-call"))
+    }
+    layers = range(4)
+    modules = {spot[2] for found in spots.values() for spot in found}
+    assert modules == {
+        f"model.layers.{i}{suffix}"
+        for i in layers
+        for suffix in ("", ".self_attn", ".linear1", ".linear2", ".norm1", ".norm2")
+    }
+    call = this_line("deep-call")
+    assert spots["AddmmBackward0"] == {
+        (me, call, f"model.layers.{i}.{name}")
+        for i in layers
+        for name in ("self_attn", "linear1", "linear2")
+    }
+    attention = [n for n in spots if "ScaledDotProduct" in n]
+    assert len(attention) == 1
+    assert spots[attention[0]] == {(me, call, f"model.layers.{i}.self_attn") for i in layers}
+    assert spots["ReluBackward0"] == {(me, call, f"model.layers.{i}") for i in layers}
+    assert spots["NativeLayerNormBackward0"] == {
+        (me, call, f"model.layers.{i}.norm{k}") for i in layers for k in (1, 2)
+    }
+    inner = [n for n in graph if module_of(n) == "model.layers.3.self_attn"]
+    assert len(inner) > 20  # the nodes made inside F.multi_head_attention_forward
+
+
+class Gate(nn.Module):
+    """A user block inside nn.Sequential: its ops keep their own lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)  # @gate-proj
+        return x * torch.sigmoid(h)  # @gate-mul
+
+
+def make_gated() -> tuple[nn.Sequential, torch.Tensor]:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), Gate(), nn.Tanh(), nn.Linear(8, 2)), torch.randn(3, 8)
+
+
+def test_user_module_inside_sequential_keeps_its_own_lines() -> None:
+    net, x = make_gated()
+    with Provenance():
+        out = net(x)  # @seq-call
+    me = Path(HERE).name
+    spots: dict[str, set[tuple[str, int, str | None] | None]] = {}
+    for node in non_leaf(nodes(out.grad_fn)):
+        spots.setdefault(type(node).__name__, set()).add(where(node))
+    call = this_line("seq-call")
+    assert spots == {
+        "AddmmBackward0": {
+            (me, call, "net.0"), (me, this_line("gate-proj"), "net.1.proj"), (me, call, "net.3")
+        },
+        "TBackward0": {
+            (me, call, "net.0"), (me, this_line("gate-proj"), "net.1.proj"), (me, call, "net.3")
+        },
+        "SigmoidBackward0": {(me, this_line("gate-mul"), "net.1")},
+        "MulBackward0": {(me, this_line("gate-mul"), "net.1")},
+        "TanhBackward0": {(me, call, "net.2")},
+    }
+
+
+def test_user_module_inside_sequential_gradients_bit_identical() -> None:
+    net, x = make_gated()
+    x.requires_grad_()
+    net(x).pow(2).sum().backward()
+    plain, plain_x = grads(net), x.grad.clone()
+    net.zero_grad()
+    x.grad = None
+    with Provenance():
+        net(x).pow(2).sum().backward()
+    assert all(torch.equal(plain[k], v) for k, v in grads(net).items())
+    assert torch.equal(plain_x, x.grad)
+
+
+def test_inplace_module_inside_library_module_names_the_user_line() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, requires_grad=True)
+    relu = nn.ReLU(inplace=True)
+    body = nn.Sequential(nn.Linear(6, 6), nn.Sigmoid(), nn.ReLU(inplace=True))
+    with Provenance():
+        a = x * 2
+        b = a.sin()  # saves a
+        relu(a)  # @relu-call
+        y = body(x)  # @body-call
+    saved_input = b.grad_fn._raw_saved_self.data
+    assert [(h["op"], h["line"]) for h in inplace_history(saved_input)] == [
+        ("ReLU", this_line("relu-call"))
+    ]
+    sigmoid = y.grad_fn.next_functions[0][0]
+    assert type(sigmoid).__name__ == "SigmoidBackward0"
+    saved_result = sigmoid._raw_saved_result.data
+    assert [(h["op"], h["line"]) for h in inplace_history(saved_result)] == [
+        ("ReLU", this_line("body-call"))
+    ]
+    assert source_of(a.grad_fn)["line"] == this_line("relu-call")  # ReLU's own in-place node
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_mode_stack_unchanged_after_an_error_inside_a_library_module() -> None:
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(4, 4))
+    provenance = Provenance()
+    with provenance:
+        before = mode_stack()
+        with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be"):
+            net(torch.randn(2, 3, requires_grad=True))
+        assert mode_stack() == before
+        assert provenance._tracker is not None and provenance._tracker.entries() == []
+        y = torch.randn(2, requires_grad=True) * 2  # @after-error
+    assert source_of(y.grad_fn)["line"] == this_line("after-error")
+    assert module_of(y.grad_fn) is None
+
+
+class Interrupt(nn.Module):
+    """Raises KeyboardInterrupt (a BaseException: no post-hook runs) while armed."""
+
+    armed = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.armed:
+            raise KeyboardInterrupt
+        return x * 3  # @interrupt-mul
+
+
+def test_forward_ended_by_keyboard_interrupt_is_forgotten() -> None:
+    torch.manual_seed(0)
+    stop = Interrupt()
+    net = nn.Sequential(nn.Linear(4, 4), stop, nn.Tanh())
+    x = torch.randn(2, 4)
+    provenance = Provenance()
+    with provenance:
+        before = mode_stack()
+        with pytest.raises(KeyboardInterrupt):
+            net(x)  # @interrupted
+        stop.armed = False
+        out = net(x)  # @after-interrupt
+        assert mode_stack() == before
+        assert provenance._tracker is not None and provenance._tracker.entries() == []
+        again = net(x)  # @third
+        z = again * 2  # @after-heal
+    lines = {source_of(n)["line"] for n in non_leaf(nodes(out.grad_fn)) if source_of(n)}
+    assert this_line("interrupted") not in lines  # no tag rather than a wrong one
+    assert this_line("after-interrupt") in lines
+    spots = {where(n) for n in non_leaf(nodes(z.grad_fn))}
+    me = Path(HERE).name
+    assert spots == {
+        (me, this_line("after-heal"), None),
+        (me, this_line("third"), "net.0"),
+        (me, this_line("interrupt-mul"), "net.1"),
+        (me, this_line("third"), "net.2"),
+    }
+
+
+def test_interrupt_inside_a_library_module_gives_the_mode_back() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    x = torch.randn(2, 4)
+
+    def interrupt(module: nn.Module, args: Any, output: Any) -> None:
+        raise KeyboardInterrupt
+
+    handle = net[0].register_forward_hook(interrupt)
+    provenance = Provenance()
+    with provenance:
+        before = mode_stack()
+        with pytest.raises(KeyboardInterrupt):
+            net(x)  # @interrupted-inside
+        handle.remove()
+        assert mode_stack() != before  # the region's pause was never undone...
+        out = net(x)  # @next-call
+        assert mode_stack() == before  # ...until the same module returned again
+        assert provenance._tracker is not None and provenance._tracker.entries() == []
+        z = net(x) * 2  # @healed
+    lines = {source_of(n)["line"] for n in non_leaf(nodes(out.grad_fn)) if source_of(n)}
+    assert not lines & {this_line("interrupted-inside"), this_line("next-call")}
+    assert {source_of(n)["line"] for n in non_leaf(nodes(z.grad_fn))} == {this_line("healed")}
+
+
+def custom_activation(t: torch.Tensor) -> torch.Tensor:
+    return Square.apply(t)  # a user callable that is no module: the library module's line
+
+
+def test_user_callable_inside_a_library_module_gets_the_call_line() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, activation=custom_activation, batch_first=True
+    )
+    x = torch.randn(2, 3, 8)
+    with Provenance():
+        out = layer(x)  # @layer-call
+    squares = [n for n in non_leaf(nodes(out.grad_fn)) if type(n).__name__ == "SquareBackward"]
+    assert [where(n) for n in squares] == [(Path(HERE).name, this_line("layer-call"), "layer")]
+
+
+def test_checkpointed_library_module() -> None:
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    x = torch.randn(2, 4, requires_grad=True)
+    with Provenance():
+        y = checkpoint(body, x, use_reentrant=False)  # @ckpt-seq
+        loss = y.sum()
+        before = snapshot(loss.grad_fn)
+        loss.backward(retain_graph=True)  # runs the recompute
+        assert snapshot(loss.grad_fn) == before
+    spots = {where(n) for n in non_leaf(nodes(y.grad_fn))}
+    me, line = Path(HERE).name, this_line("ckpt-seq")
+    assert spots == {(me, line, "body.0"), (me, line, "body.1"), (me, line, "body.2")}
+
+
+def test_library_module_on_another_thread_leaves_this_thread_alone() -> None:
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    results: list[Any] = []
+    x = torch.randn(2, 3)
+    with Provenance():
+        before = mode_stack()
+        thread = threading.Thread(target=lambda: results.append(net(x)))
+        thread.start()
+        thread.join()
+        assert mode_stack() == before
+        mine = net(x)  # @main-thread
+    assert source_of(results[0].grad_fn) is None
+    assert source_of(mine.grad_fn)["line"] == this_line("main-thread")
+
+
+def test_scopes_hold_no_module_frame_or_tensor() -> None:
+    import gc
+    import weakref
+
+    from backstep.engine.provenance_scopes import SCOPE_KEY, Region, Scope
+
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
+    x = torch.randn(2, 3, requires_grad=True)
+    with Provenance():
+        out = net(x)
+    region = out.grad_fn.metadata[SCOPE_KEY]
+    assert type(region) is Region
+    assert region.module is region.origin is region.caller is region.versions is None
+    list(nodes(out.grad_fn))  # annotate: Scopes now
+    scopes = [n.metadata[SCOPE_KEY] for n in non_leaf(nodes(out.grad_fn))]
+    assert scopes and all(type(s) is Scope for s in scopes)
+    for holder in (region, *scopes):
+        for name in holder.__slots__:
+            value = getattr(holder, name, None)
+            assert not isinstance(value, (nn.Module, torch.Tensor)), name
+            assert type(value).__name__ != "frame", name
+    ref = weakref.ref(net)
+    del net
+    gc.collect()
+    assert ref() is None  # the graph (alive) does not keep the module alive
+
+
 # -- a GPT-style model written here ----------------------------------------------------------
 
 

@@ -1,7 +1,9 @@
 """Find the user's frame: the first frame outside torch and backstep.
 
 Every tagged op asks for it, so the walk is cheap: each code object is classified once (internal
-or not, and its absolute file name) and each (file, line) maps to one shared source dict.
+or not, and its absolute file name) and each (file, line) maps to one shared source dict. Code
+objects are looked up by ``id()`` (checked against the code object kept with the result): hashing
+a code object hashes its bytecode and constants, about half a microsecond each time.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ _INTERNAL_DIRS: tuple[str, ...] = (
 # Demo scripts ship inside the wheel (backstep/_demos) but are user code to the person watching.
 _USER_DIRS: tuple[str, ...] = (_BACKSTEP_DIR + "_demos" + os.sep,)
 
-# code object -> absolute file name, or None when the code belongs to torch or backstep.
-_code_files: dict[CodeType, str | None] = {}
+# id(code object) -> (the code object, its absolute file name or None when the code belongs to
+# torch or backstep).
+_code_files: dict[int, tuple[CodeType, str | None]] = {}
 # (absolute file, line) -> {"file", "line", "code"}; shared by every node tagged from that line.
 _sources: dict[tuple[str, int], dict[str, Any]] = {}
 
@@ -39,8 +42,14 @@ def _classify(code: CodeType) -> str | None:
         path = os.path.abspath(name)
     internal = path.startswith(_INTERNAL_DIRS) and not path.startswith(_USER_DIRS)
     result: str | None = None if internal else path
-    _code_files[code] = result
+    _code_files[id(code)] = (code, result)
     return result
+
+
+def code_file(code: CodeType) -> str | None:
+    """Absolute file name of ``code``, or None when it lives inside torch or backstep."""
+    hit = _code_files.get(id(code))
+    return hit[1] if hit is not None and hit[0] is code else _classify(code)
 
 
 def user_frame(frame: FrameType | None) -> FrameType | None:
@@ -48,9 +57,8 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
     files = _code_files
     while frame is not None:
         code = frame.f_code
-        path = files.get(code, 0)
-        if path == 0:
-            path = _classify(code)
+        hit = files.get(id(code))
+        path = hit[1] if hit is not None and hit[0] is code else _classify(code)
         if path is not None:
             return frame
         frame = frame.f_back
@@ -59,7 +67,7 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
 
 def source_dict(frame: FrameType) -> dict[str, Any]:
     """The shared {"file", "line", "code"} dict for the line ``frame`` is executing."""
-    path = _code_files.get(frame.f_code) or _classify(frame.f_code) or frame.f_code.co_filename
+    path = code_file(frame.f_code) or frame.f_code.co_filename
     line = frame.f_lineno or 0
     key = (path, line)
     found = _sources.get(key)
@@ -99,9 +107,8 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
     result: dict[str, Any] | None = None
     while frame is not None:
         code = frame.f_code
-        path = files.get(code, 0)
-        if path == 0:
-            path = _classify(code)
+        hit = files.get(id(code))
+        path = hit[1] if hit is not None and hit[0] is code else _classify(code)
         if path is not None:
             result = source_dict(frame)
             break

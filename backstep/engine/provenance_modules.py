@@ -31,13 +31,20 @@ from torch.utils.hooks import RemovableHandle
 
 from backstep.engine import provenance_cuts
 from backstep.engine.naming import frame_locals
-from backstep.engine.provenance_frames import _UNSET, call_impl_frame, find_source, user_frame
+from backstep.engine.provenance_frames import (
+    _UNSET,
+    call_impl_frame,
+    find_source,
+    source_dict,
+    user_frame,
+)
 from backstep.engine.provenance_inplace import record, tensor_versions
 from backstep.engine.provenance_scopes import (
+    INPLACE_CLASSES,
+    LIBRARY_CLASSES,
     LIBRARY_INPLACE,
     TABLES,
     Region,
-    _kinds,
     _ModuleMap,
     module_kind,
     tag_outputs,
@@ -49,7 +56,7 @@ class _Entry:
 
     __slots__ = (
         "module", "key", "path", "origin", "rebuilt", "resume", "frame", "source", "table",
-        "region",
+        "region", "pushes",
     )  # fmt: skip
 
     def __init__(self, module: nn.Module, path: str, origin: _Entry | None = None) -> None:
@@ -63,6 +70,7 @@ class _Entry:
         self.table: _ModuleMap | None = None  # the origin's module map, fetched once per call
         self.resume: Callable[[], None] | None = None  # run when this forward ends
         self.region: Region | None = None  # the paused region a user module runs inside
+        self.pushes: bool | None = None  # its ``resume`` pops the mode (True) or pushes it
 
 
 class _Stack(threading.local):
@@ -121,6 +129,20 @@ def _on_top(mode: Any) -> bool:
     return depth > 0 and _stack_at(depth - 1) is mode
 
 
+def _on_stack(mode: Any) -> bool:
+    """``mode`` is on this thread's torch-function stack."""
+    return any(_stack_at(i) is mode for i in range(_stack_depth()))
+
+
+def _call_frame(entry: Any) -> FrameType | None:
+    """A frame of ``entry``'s module call (among the callers of anything it runs), or None."""
+    if type(entry) is Region:
+        return entry.caller
+    if type(entry) is _Watch:
+        return entry.region.caller
+    return entry.frame
+
+
 def _push_back(mode: Any) -> Callable[[], None]:
     """Push ``mode`` (a user module's forward inside a paused region); returns the undo."""
     torch._C._push_on_torch_function_stack(mode)
@@ -154,6 +176,7 @@ class _Watch:
     path = property(lambda self: self.region.path)  # type: ignore[misc]
     origin = property(lambda self: self.region.origin)  # type: ignore[misc]
     frame = None
+    pushes = None
 
     def __init__(self, region: Region, module: nn.Module, args: Any) -> None:
         self.region = region
@@ -173,6 +196,7 @@ class ModuleTracker:
     def __init__(self) -> None:
         self._stack = _Stack()
         self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
+        self._names: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
         self._handles: list[RemovableHandle] = []
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
@@ -185,9 +209,10 @@ class ModuleTracker:
             return
         from torch.nn.modules import module as module_mod
 
+        pre_hook, post_hook = self._hooks()
         self._handles = [
-            module_mod.register_module_forward_pre_hook(self._pre_hook),
-            module_mod.register_module_forward_hook(self._post_hook, always_call=True),
+            module_mod.register_module_forward_pre_hook(pre_hook),
+            module_mod.register_module_forward_hook(post_hook, always_call=True),
         ]
 
     def uninstall(self) -> None:
@@ -229,35 +254,46 @@ class ModuleTracker:
 
     # -- hooks: never raise, never return a value -------------------------------------------
 
-    def _pre_hook(self, module: nn.Module, args: Any) -> None:
-        if _dynamo_compiling() or _compiler._is_compiling_flag:
-            return  # under torch.compile: trace nothing of ours into the user's graph
-        try:
-            region = self._stack.region
-            if region is not None:  # inside a library module, the mode paused
-                kind = _kinds.get(module.__class__)
-                if kind:  # a library module: log it, nothing else
-                    log = region.log
-                    log.append(id(module))
-                    log.append(_get_sequence_nr())
-                    if kind == LIBRARY_INPLACE and module.__dict__.get("inplace") is True:
-                        self._watch(region, module, args)
-                    return
-            self._enter_slow(module, args, sys._getframe(1))
-        except Exception:
-            pass
+    def _hooks(self) -> tuple[Callable[..., None], Callable[..., None]]:
+        """The global pre- and post-hook (closures: every module call runs them, and inside a
+        library module each must cost a few attribute reads and an append)."""
+        state = self._stack
+        library, inplace = LIBRARY_CLASSES, INPLACE_CLASSES
+        getframe, sequence_nr = sys._getframe, _get_sequence_nr
+        enter_slow, exit_slow, watch = self._enter_slow, self._exit_slow, self._watch
 
-    def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if _dynamo_compiling() or _compiler._is_compiling_flag:
-            return
-        try:
-            region = self._stack.region
-            if region is not None and region.key != id(module):  # an inner library module
-                region.log.append(~_get_sequence_nr())
+        def pre_hook(module: nn.Module, args: Any) -> None:
+            if _dynamo_compiling() or _compiler._is_compiling_flag:
+                return  # under torch.compile: trace nothing of ours into the user's graph
+            try:
+                region = state.region
+                if region is not None:  # inside a library module, the mode paused
+                    cls = module.__class__
+                    if cls in library:  # a library module: log it, nothing else
+                        log = region.log  # (two appends: a tuple would be a GC allocation)
+                        log.append(id(module))
+                        log.append(sequence_nr())
+                        if cls in inplace and module.__dict__.get("inplace") is True:
+                            watch(region, module, args)
+                        return
+                enter_slow(module, args, getframe(1))
+            except Exception:
+                pass
+
+        def post_hook(module: nn.Module, args: Any, output: Any) -> None:
+            if _dynamo_compiling() or _compiler._is_compiling_flag:
                 return
-            self._exit_slow(module, output)
-        except Exception:
-            pass
+            try:
+                region = state.region
+                if region is not None and region.module is not module:  # an inner one ended
+                    region.log.append(~sequence_nr())
+                    return
+                exit_slow(module, output, getframe(1))
+            except Exception:
+                pass
+
+        pre_hook.tracker = post_hook.tracker = self  # type: ignore[attr-defined]
+        return pre_hook, post_hook
 
     # -- the slow paths ----------------------------------------------------------------------
 
@@ -267,6 +303,9 @@ class ModuleTracker:
         entries = state.entries
         region = state.region
         kind = module_kind(type(module))
+        if entries and not (region is not None and kind):
+            self._drop_stale(caller)  # forwards a BaseException (KeyboardInterrupt) ended
+            region = state.region
         if region is not None and kind:  # a library module class seen for the first time
             region.log.append(id(module))
             region.log.append(_get_sequence_nr())
@@ -299,9 +338,12 @@ class ModuleTracker:
             if (grad and mode is not None and mode.enabled
                     and not _fast_path_possible(module, args)):
                 entry.resume = _push_back(mode)
+                entry.pushes = True
             return
         if self.on_no_grad is not None and (not grad or _fast_path_possible(module, args)):
             entry.resume = self.on_no_grad()
+            if entry.resume is not None:
+                entry.pushes = False
 
     def _watch(self, region: Region, module: nn.Module, args: Any) -> None:
         """An inner module built with ``inplace=True``: check its arguments when it returns."""
@@ -309,7 +351,7 @@ class ModuleTracker:
         state.entries.append(_Watch(region, module, args))
         state.region = None
 
-    def _exit_slow(self, module: nn.Module, output: Any) -> None:
+    def _exit_slow(self, module: nn.Module, output: Any, caller: FrameType) -> None:
         """A forward returned that is not an inner library module of a region."""
         state = self._stack
         entries = state.entries
@@ -319,6 +361,15 @@ class ModuleTracker:
         key = id(module)
         try:
             if top.key == key:
+                if type(top) is Region and caller is not top.caller and (
+                    top.caller is None or caller is not top.caller.f_back
+                ):
+                    # not obviously the call that opened it (a normal return runs in the same
+                    # ``inner`` frame, an exception in its _call_impl): maybe that one ended by
+                    # a BaseException, and this is a new call of the same module, logged in it
+                    self._drop_stale(caller)
+                    if not entries or entries[-1] is not top:
+                        return
                 entries.pop()
                 if type(top) is Region:
                     self._close_region(top, module, output)
@@ -332,18 +383,65 @@ class ModuleTracker:
             top = entries[-1] if entries else None
             state.region = top if type(top) is Region else None
 
+    def _drop_stale(self, caller: FrameType | None) -> None:
+        """Forget the running-module entries whose forward is no longer among the callers of
+        ``caller``: a BaseException (KeyboardInterrupt) went through them, so no post-hook ran.
+        Their regions tag nothing (nodes keep no tags rather than wrong ones), and the mode is
+        put back as the live entries want it (a region paused it, a user module in one pushed
+        it back)."""
+        entries = self._stack.entries
+        mark = _call_frame(entries[-1])
+        if mark is None:
+            return
+        ancestors: set[int] = set()
+        frame = caller
+        while frame is not None:
+            if frame is mark:
+                return  # the innermost one runs: so do the others
+            ancestors.add(id(frame))
+            frame = frame.f_back
+        index = len(entries)
+        while index > 0:
+            mark = _call_frame(entries[index - 1])
+            if mark is None or id(mark) in ancestors:
+                break
+            index -= 1
+        ended = entries[index:]
+        del entries[index:]
+        for entry in reversed(ended):
+            if type(entry) is Region:
+                entry.log.clear()
+                entry.finish(entry.start)
+            elif type(entry) is _Watch:
+                entry.versions = []
+            else:
+                entry.frame = entry.table = entry.origin = entry.region = entry.resume = None
+        top = entries[-1] if entries else None
+        self._stack.region = top if type(top) is Region else None
+        mode = self.mode
+        if mode is None or not mode.enabled:
+            return
+        wanted = next((e.pushes for e in reversed(entries) if e.pushes is not None), True)
+        if wanted and not _on_stack(mode):
+            torch._C._push_on_torch_function_stack(mode)
+        elif not wanted and _on_top(mode):
+            torch._C._pop_torch_function_stack()
+
     def _open_region(
         self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType
     ) -> None:
         """A library module called with the mode on top: pop the mode until it returns."""
-        path, origin = self._place(module, entries, caller)
-        if origin is None:
-            origin = _Entry(module, path)
-            origin.origin = None  # type: ignore[assignment]  # a naming context, no cycle
-        impl = call_impl_frame(caller)
-        source = find_source(impl.f_back if impl is not None else caller, entries)
-        region = Region(id(module), path, origin, source, _get_sequence_nr())
-        region.versions = tensor_versions(args, None)
+        if entries:
+            path, origin = self._place(module, entries, caller)
+            impl = call_impl_frame(caller)
+            source = find_source(impl.f_back if impl is not None else caller, entries)
+        else:  # a root: the user frame that names it is the line that called it
+            user = user_frame(caller)
+            path = self._root_name(module, user) or type(module).__name__
+            origin = None
+            source = source_dict(user) if user is not None else None
+        region = Region(module, path, origin, source, _get_sequence_nr())
+        region.caller = caller
         entries.append(region)
         try:
             torch._C._pop_torch_function_stack()
@@ -352,6 +450,8 @@ class ModuleTracker:
             region.finish(region.start)
             raise
         self._stack.region = region
+        # after the pop: with the mode on, every ``_version`` read would go through it
+        region.versions = tensor_versions(args, None)
 
     def _close_region(self, region: Region, module: nn.Module | None, output: Any) -> None:
         """The region's module returned: tag its outputs, note in-place changes of its
@@ -407,15 +507,30 @@ class ModuleTracker:
     ) -> tuple[str, _Entry | None]:
         """(dotted path, the origin entry it is named from; None: a new root)."""
         if not entries:
-            name = _variable_name(module, user_frame(caller))
+            name = self._root_name(module, user_frame(caller))
             return name or type(module).__name__, None
         top = entries[-1]
         origin = top.origin
         relative = self._relative(origin, module)
         if relative is None:  # not registered under the root: a new root below ``top``
-            name = _variable_name(module, user_frame(caller))
+            name = self._root_name(module, user_frame(caller))
             return f"{top.path}.{name or type(module).__name__}", None
         return (f"{origin.path}.{relative}" if relative else origin.path), origin
+
+    def _root_name(self, module: nn.Module, frame: FrameType | None) -> str | None:
+        """``_variable_name``, remembered per module and call site (reading a frame's
+        variables copies them all: a script's module-level globals, on every forward)."""
+        if frame is None:
+            return None
+        key = (id(module), id(frame.f_code), frame.f_lasti)
+        hit = self._names.get(key)
+        if hit is not None and hit[0]() is module:
+            return hit[1]
+        name = _variable_name(module, frame)
+        if len(self._names) >= 1024:
+            self._names.clear()
+        self._names[key] = (weakref.ref(module), name)
+        return name
 
     def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
         """``module``'s path relative to ``origin.module`` ("" for itself), or None."""

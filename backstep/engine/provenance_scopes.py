@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from backstep.engine.provenance_frames import _classify, _code_files
+from backstep.engine.provenance_frames import code_file
 
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"
@@ -55,6 +55,10 @@ OPEN = 1 << 62  # ``end`` while the module still runs
 
 USER, LIBRARY, LIBRARY_INPLACE = 0, 1, 2
 _kinds: dict[type, int] = {}
+# the classes module_kind found to be library code (membership is the hooks' cheapest test), and
+# those of them whose constructor takes ``inplace``
+LIBRARY_CLASSES: set[type] = set()
+INPLACE_CLASSES: set[type] = set()
 
 _ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
 # root module -> {id(submodule): (weakref, dotted path under the root)}; shared by the trackers
@@ -78,20 +82,20 @@ def module_kind(cls: type) -> int:
     kind = USER
     try:
         code = getattr(getattr(cls, "forward", None), "__code__", None)
-        if code is not None:
-            path = _code_files.get(code, 0)
-            if path == 0:
-                path = _classify(code)
-            if path is None:
-                kind = LIBRARY
-                init = getattr(getattr(cls, "__init__", None), "__code__", None)
-                if init is not None:
-                    count = init.co_argcount + init.co_kwonlyargcount
-                    if "inplace" in init.co_varnames[:count]:
-                        kind = LIBRARY_INPLACE
+        if code is not None and code_file(code) is None:
+            kind = LIBRARY
+            init = getattr(getattr(cls, "__init__", None), "__code__", None)
+            if init is not None:
+                count = init.co_argcount + init.co_kwonlyargcount
+                if "inplace" in init.co_varnames[:count]:
+                    kind = LIBRARY_INPLACE
     except Exception:
         kind = USER  # the mode stays on: exact lines, the old cost
     _kinds[cls] = kind
+    if kind:
+        LIBRARY_CLASSES.add(cls)
+        if kind == LIBRARY_INPLACE:
+            INPLACE_CLASSES.add(cls)
     return kind
 
 
@@ -121,17 +125,21 @@ class Region:
     """
 
     __slots__ = (
-        "key", "path", "origin", "source", "start", "end", "log", "versions", "base", "root",
-        "table", "scopes", "starts",
+        "module", "key", "path", "origin", "source", "start", "end", "log", "versions", "base",
+        "root", "table", "rebuilt", "scopes", "starts", "caller",
     )  # fmt: skip
 
     frame = None  # no _call_impl frame for find_source to match
     resume = None
+    pushes = False  # the mode is off while it runs
 
-    def __init__(self, key: int, path: str, origin: Any, source: Any, start: int) -> None:
-        self.key = key  # id() of the module while it runs
+    def __init__(self, module: nn.Module, path: str, origin: Any, source: Any, start: int) -> None:
+        self.module: nn.Module | None = module  # while it runs
+        self.key = id(module)
         self.path = path
-        self.origin = origin  # the naming context (an entry of the root module) while it runs
+        # the naming context while it runs: the entry of the root module it is named from, or
+        # itself when it is a root (``module``, ``path``, ``table`` and ``rebuilt`` serve)
+        self.origin = origin if origin is not None else self
         self.source = source
         self.start = start
         self.end = OPEN
@@ -140,6 +148,8 @@ class Region:
         self.base: str = path  # path of the naming root (inner paths are relative to it)
         self.root: weakref.ref[nn.Module] | None = None
         self.table: _ModuleMap | None = None
+        self.rebuilt = False
+        self.caller: Any = None  # the frame that ran its pre-hook, while it runs
         self.scopes: list[Scope] | None = None  # built from ``log`` when first asked
         self.starts: list[int] | None = None
 
@@ -147,13 +157,13 @@ class Region:
         """The module returned: keep how to name its inner modules, drop every strong ref."""
         self.end = end
         origin = self.origin
-        self.origin = None
-        self.versions = None
         if origin is not None:
             self.base = origin.path
+            self.table = origin.table  # None: fetched (or built) from ``root`` when first asked
             module = origin.module
-            self.table = origin.table or TABLES.get(module)
-            self.root = weakref.ref(module)
+            self.root = weakref.ref(module) if module is not None else None
+        self.origin = self.module = self.caller = None
+        self.versions = None
 
     # -- after the forward ------------------------------------------------------------------
 
@@ -198,8 +208,10 @@ class Region:
         (a live weak reference confirms the id still means the same module)."""
         if not keys:
             return {}
-        table = self.table
         root = self.root() if self.root is not None else None
+        table = self.table
+        if table is None and root is not None:
+            table = self.table = TABLES.get(root)
         names: dict[int, str | None] = {}
         for attempt in range(2):
             missing = False

@@ -60,7 +60,8 @@ def _only_our_global_hooks() -> bool:
     for name in ("_global_forward_pre_hooks", "_global_forward_hooks",
                  "_global_backward_pre_hooks", "_global_backward_hooks"):
         for hook in getattr(nn_module, name, {}).values():
-            if not isinstance(getattr(hook, "__self__", None), ModuleTracker):
+            owner = getattr(hook, "tracker", None) or getattr(hook, "__self__", None)
+            if not isinstance(owner, ModuleTracker):
                 return False
     return True
 
