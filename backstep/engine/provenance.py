@@ -2,13 +2,27 @@
 
 ``Provenance().install()`` (or ``with Provenance():``) starts recording on the calling thread.
 Call ``annotate(roots)`` on a graph before reading it (it completes the tags of the nodes made
-inside torch's composite functions, cheaply left for later during the forward); then each node
-created while installed carries, in ``node.metadata``,
+inside torch's composite functions and torch's own modules, cheaply left for later during the
+forward; ``source_of`` and ``module_of`` complete a node themselves); then each node created
+while installed carries, in ``node.metadata``,
   "backstep.source"          {"file": abs path, "line": int, "code": stripped text}
   "backstep.module"          "model.encoder.layers.3.self_attn"  (innermost running module)
   "backstep.saved_versions"  {saved name: tensor version when the node was made}
-                             (nodes that outputs of a top-level call got; not inner ones)
+                             (nodes that outputs of a top-level call got; not inner ones, and
+                             none made inside torch's modules)
+  "backstep.scope"           the Scope of the module call that made it, inside torch's modules
 and ``inplace_history(t)`` lists the lines whose in-place ops bumped ``t``'s version.
+
+How: a torch-function mode sees the user's torch calls (provenance_tagging); global module hooks
+track the running module (provenance_modules). Inside torch's own modules (nn.Linear,
+nn.TransformerEncoderLayer, nn.Sequential...) every op gets the line that called the outermost
+one anyway, so the mode is paused there and the hooks log module calls instead
+(provenance_scopes); a user module inside one gets the mode back. The one difference users can
+see: a user callable that is no module, run inside a torch module (a custom activation function
+given to nn.TransformerEncoderLayer), is attributed to the line that called the torch module, not
+to its own lines; and an in-place change made inside a torch module is recorded under the
+module's class name (``ReLU``) at that line, not per op.
+
 Failures inside provenance are swallowed: at worst a node has no source, never a wrong one.
 Nothing here holds a node or a tensor. The source dicts are shared between nodes: read, never
 mutate them (``source_of`` returns a copy).

@@ -109,6 +109,10 @@ _stack_depth = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
 
 
+# (id(module), id(code), f_lasti) of a root call -> (the module, the variable naming it there);
+# shared by the trackers (a re-installed Provenance names its first forward without a lookup)
+_root_names: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
+
 # Modules whose eval fast path is skipped when a torch-function mode is active.
 _FAST_PATH_TYPES = (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention)
 
@@ -196,7 +200,6 @@ class ModuleTracker:
     def __init__(self) -> None:
         self._stack = _Stack()
         self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
-        self._names: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
         self._handles: list[RemovableHandle] = []
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
@@ -523,13 +526,13 @@ class ModuleTracker:
         if frame is None:
             return None
         key = (id(module), id(frame.f_code), frame.f_lasti)
-        hit = self._names.get(key)
+        hit = _root_names.get(key)
         if hit is not None and hit[0]() is module:
             return hit[1]
         name = _variable_name(module, frame)
-        if len(self._names) >= 1024:
-            self._names.clear()
-        self._names[key] = (weakref.ref(module), name)
+        if len(_root_names) >= 1024:
+            _root_names.clear()
+        _root_names[key] = (weakref.ref(module), name)
         return name
 
     def _relative(self, origin: _Entry, module: nn.Module) -> str | None:

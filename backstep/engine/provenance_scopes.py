@@ -26,11 +26,21 @@ Behaviour that differs from the per-op mode: user callables that are not modules
 library module (a custom activation function passed to nn.TransformerEncoderLayer), are attributed
 to the line that called the library module; in-place changes inside a library module are recorded
 per module call (the arguments of the outermost library module, and of library modules built with
-``inplace=True``), named by the module's class, with that line; a library module called under
-no_grad inside another library module is not noted as a graph cut (its caller is).
+``inplace=True``), named by the module's class, with that line; nodes made inside a library
+module get no ``saved_versions`` (a stop still finds a modified saved tensor by unpacking it); a
+library module called under no_grad inside another library module is not noted as a graph cut
+(its caller is); an inner module not registered under the root gets the enclosing module's path.
+
+Why a log and not an object per call, tagging each module's outputs as it returns: on the worst
+case (a 32-layer nn.TransformerEncoder, 289 module calls in a 9 ms forward) no-op hooks alone
+cost 1.06-1.07x; a Scope per call with output tags measured 1.12-1.20x, the log about 1.09x.
 
 A Region holds no frame, tensor, node or module once its module has returned (the naming context
 and the arguments' versions are dropped at its end; modules are kept as ids and weak references).
+A forward ended by a BaseException (KeyboardInterrupt: module post-hooks run for Exceptions only)
+leaves its region open with the mode paused; the tracker notices at the next module call that
+takes its slow path (a user module, or the same library module returning again) and forgets it
+untagged, putting the mode back.
 """
 
 from __future__ import annotations

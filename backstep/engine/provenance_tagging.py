@@ -8,6 +8,10 @@ to be shown, hands the tags down to each call's inner nodes (ops run inside torc
 get the line of the call that ran them). Nodes made before install, in another thread or by code
 the mode never saw keep no tag rather than a wrong one. Custom autograd Functions bypass
 ``__torch_function__``; a wrapper around ``Function.apply`` tags them the same way.
+
+Inside torch's own modules the module tracker pops the mode (provenance_scopes): the nodes made
+there carry a Region, then a Scope, instead of a span, and ``annotate`` follows both. A custom
+Function applied there is tagged the same way, through the Region.
 """
 
 from __future__ import annotations
@@ -57,9 +61,15 @@ __all__ = [
 ]
 
 _compiling = torch.compiler.is_compiling
+# is_compiling() in two cheap steps (see provenance_modules): every op of the user's runs this
+_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", None)
+_compiler: Any = torch.compiler
+if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
+    _dynamo_compiling = _compiling
+    _compiler = type("_NotCompiling", (), {"_is_compiling_flag": False})
 
 _RAW_PREFIX = "_raw_saved_"
-_saved_names: dict[type, tuple[str, ...]] = {}
+_saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
 
 
 def saved_versions(node: Any) -> dict[str, int]:
@@ -69,11 +79,13 @@ def saved_versions(node: Any) -> dict[str, int]:
     """
     names = _saved_names.get(type(node))
     if names is None:
-        names = tuple(a[len(_RAW_PREFIX) :] for a in dir(node) if a.startswith(_RAW_PREFIX))
+        names = tuple(
+            (a, a[len(_RAW_PREFIX) :]) for a in dir(node) if a.startswith(_RAW_PREFIX)
+        )
         _saved_names[type(node)] = names
     versions: dict[str, int] = {}
-    for name in names:
-        raw = getattr(node, _RAW_PREFIX + name)
+    for attribute, name in names:
+        raw = getattr(node, attribute)
         if isinstance(raw, (list, tuple)):
             for index, item in enumerate(raw):
                 data = item.data
@@ -104,7 +116,8 @@ class TaggingMode(TorchFunctionMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
-        if not self.enabled or _compiling():  # torch.compile traces the call, never our code
+        if not self.enabled or _dynamo_compiling() or _compiler._is_compiling_flag:
+            # torch.compile traces the call, never our code
             return func(*args, **kwargs)
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
