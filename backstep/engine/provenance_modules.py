@@ -396,11 +396,14 @@ class ModuleTracker:
         mark = _call_frame(entries[-1])
         if mark is None:
             return
-        ancestors: set[int] = set()
         frame = caller
         while frame is not None:
             if frame is mark:
                 return  # the innermost one runs: so do the others
+            frame = frame.f_back
+        ancestors: set[int] = set()
+        frame = caller
+        while frame is not None:
             ancestors.add(id(frame))
             frame = frame.f_back
         index = len(entries)
