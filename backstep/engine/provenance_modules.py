@@ -8,11 +8,12 @@ the call went through a ModuleList or not.
 
 Inside torch's own modules the tracker also stands in for the torch-function mode (see
 provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
-mode is popped until it returns, and that module and the library modules it calls get cheap Scope
-entries instead of full ones (a few attribute reads and an append per call); a user module inside
-gets a full entry and the mode back for its forward. Forwards under no_grad, and eval-mode
-transformer modules whose fast path may run, pause the mode for their whole extent (no user module
-inside gets it back), so the fast path runs exactly as without backstep.
+mode is popped until it returns and the module gets a Region entry; the library modules it calls
+get no entry, only two numbers and an id appended to the Region's log (the hooks' fast path: a
+few attribute reads and appends per call); a user module inside gets a full entry and the mode
+back for its forward. Forwards under no_grad, and eval-mode transformer modules whose fast path
+may run, pause the mode for their whole extent with full entries (no user module inside gets it
+back), so the fast path runs exactly as without backstep.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ class _Entry:
         self.table: _ModuleMap | None = None  # the origin's module map, fetched once per call
         self.resume: Callable[[], None] | None = None  # run when this forward ends
         self.region: Region | None = None  # the paused region a user module runs inside
-        self.pushes: bool | None = None  # its ``resume`` pops the mode (True) or pushes it
+        # the mode while it runs: on (True: it pushed it back), off (False: it paused it), or
+        # None: as around it
+        self.pushes: bool | None = None
 
 
 class _Stack(threading.local):
