@@ -271,11 +271,7 @@ def resolve(node: Any, metadata: dict[str, Any]) -> Scope | None:
     scope = holder.scope_of(node._sequence_nr())
     if scope is None:
         return None
-    if scope.source is not None:
-        metadata[SOURCE_KEY] = scope.source
-    if scope.path is not None:
-        metadata[MODULE_KEY] = scope.path
-    metadata[SCOPE_KEY] = scope
+    _write(scope, metadata)
     return scope
 
 
@@ -291,12 +287,17 @@ def inherit(holder: Any, parent: Any, metadata: dict[str, Any]) -> bool:
     scope = region.scope_of(number)
     if scope is None:
         return False
+    _write(scope, metadata)
+    return True
+
+
+def _write(scope: Scope, metadata: dict[str, Any]) -> None:
+    """A node's tags from the scope that made it."""
     if scope.source is not None:
         metadata[SOURCE_KEY] = scope.source
     if scope.path is not None:
         metadata[MODULE_KEY] = scope.path
     metadata[SCOPE_KEY] = scope
-    return True
 
 
 _Tensor = torch.Tensor
