@@ -362,7 +362,8 @@ def test_mode_stack_unchanged_after_an_error_inside_a_library_module() -> None:
 
 
 class Interrupt(nn.Module):
-    """Raises KeyboardInterrupt (a BaseException: no post-hook runs) while armed."""
+    """Raises KeyboardInterrupt (a BaseException: always-called module hooks would not run)
+    while armed."""
 
     armed = True
 
@@ -401,7 +402,7 @@ def test_forward_ended_by_keyboard_interrupt_is_forgotten() -> None:
     }
 
 
-def test_interrupt_inside_a_library_module_gives_the_mode_back() -> None:
+def test_interrupt_inside_a_library_module_gives_the_mode_back_at_once() -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
     x = torch.randn(2, 4)
@@ -416,14 +417,55 @@ def test_interrupt_inside_a_library_module_gives_the_mode_back() -> None:
         with pytest.raises(KeyboardInterrupt):
             net(x)  # @interrupted-inside
         handle.remove()
-        assert mode_stack() != before  # the region's pause was never undone...
-        out = net(x)  # @next-call
-        assert mode_stack() == before  # ...until the same module returned again
+        assert mode_stack() == before  # the region's pause ended with the interrupted call
         assert provenance._tracker is not None and provenance._tracker.entries() == []
+        out = net(x)  # @next-call
         z = net(x) * 2  # @healed
     lines = {source_of(n)["line"] for n in non_leaf(nodes(out.grad_fn)) if source_of(n)}
-    assert not lines & {this_line("interrupted-inside"), this_line("next-call")}
+    assert lines == {this_line("next-call")}
     assert {source_of(n)["line"] for n in non_leaf(nodes(z.grad_fn))} == {this_line("healed")}
+
+
+class Double(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2  # @double-mul
+
+
+def test_entry_left_by_an_interrupt_inside_the_tracker_is_dropped_at_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KeyboardInterrupt landing inside the tracker's own ``enter`` (after it pushed the entry,
+    before the call's ``leave`` can run) leaves a stale entry: the next call must not nest
+    under it."""
+    torch.manual_seed(0)
+    double = Double()
+    net = nn.Sequential(nn.Linear(4, 4), Double())
+    x = torch.randn(2, 4)
+    real_note = provenance_cuts.note
+    fired: list[bool] = []
+
+    def note(*args: Any, **kwargs: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        real_note(*args, **kwargs)
+
+    monkeypatch.setattr(provenance_cuts, "note", note)
+    provenance = Provenance()
+    with provenance:
+        before = mode_stack()
+        with torch.no_grad(), pytest.raises(KeyboardInterrupt):
+            double(x)  # noted as a no_grad forward: interrupted inside ``enter``
+        assert fired and provenance._tracker is not None
+        assert len(provenance._tracker.entries()) == 1  # stale
+        out = net(x)  # @after-stale
+        assert mode_stack() == before
+        assert provenance._tracker.entries() == []
+    me = Path(HERE).name
+    assert {where(n) for n in non_leaf(nodes(out.grad_fn))} == {
+        (me, this_line("after-stale"), "net.0"),
+        (me, this_line("double-mul"), "net.1"),
+    }
 
 
 def custom_activation(t: torch.Tensor) -> torch.Tensor:

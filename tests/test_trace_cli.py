@@ -113,6 +113,23 @@ def test_backward_error_reaches_the_script_unchanged(tmp_path: Path) -> None:
     assert [e["status"] for e in ends] == ["ok", "error"]
 
 
+def test_error_inside_a_module_forward_has_plain_pythons_traceback(tmp_path: Path) -> None:
+    target = script(tmp_path, "shapes.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def forward(self, x):
+                return x @ torch.ones(3, 3)
+
+        model = nn.Sequential(nn.Linear(2, 2), Block())
+        model(torch.ones(2, 2)).sum().backward()
+    """)
+    result, _ = compare(tmp_path, target)  # stderr, traceback frames included, is plain's
+    assert result.returncode == 1
+    assert "in _wrapped_call_impl" in result.stderr and "in inner" not in result.stderr
+
+
 @pytest.mark.parametrize("kind", ["missing", "directory", "binary"])
 def test_bad_targets(tmp_path: Path, kind: str) -> None:
     if kind == "missing":

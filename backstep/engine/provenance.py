@@ -13,11 +13,11 @@ while installed carries, in ``node.metadata``,
   "backstep.scope"           the Scope of the module call that made it, inside torch's modules
 and ``inplace_history(t)`` lists the lines whose in-place ops bumped ``t``'s version.
 
-How: a torch-function mode sees the user's torch calls (provenance_tagging); global module hooks
-track the running module (provenance_modules). Inside torch's own modules (nn.Linear,
-nn.TransformerEncoderLayer, nn.Sequential...) every op gets the line that called the outermost
-one anyway, so the mode is paused there and the hooks log module calls instead
-(provenance_scopes); a user module inside one gets the mode back. The one difference users can
+How: a torch-function mode sees the user's torch calls (provenance_tagging); a wrapper around
+every module call tracks the running module (provenance_calls, provenance_modules). Inside
+torch's own modules (nn.Linear, nn.TransformerEncoderLayer, nn.Sequential...) every op gets the
+line that called the outermost one anyway, so the mode is paused there and the wrapper logs
+module calls instead (provenance_scopes); a user module inside one gets the mode back. The one difference users can
 see: a user callable that is no module, run inside a torch module (a custom activation function
 given to nn.TransformerEncoderLayer), is attributed to the line that called the torch module, not
 to its own lines; and an in-place change made inside a torch module is recorded under the
@@ -71,7 +71,7 @@ _lock = threading.Lock()
 class Provenance:
     """Records provenance for nodes created on the installing thread while installed.
 
-    Module paths are tracked on every thread (global module hooks); sources only on the thread
+    Module paths are tracked on every thread (every module call); sources only on the thread
     that called ``install()`` (torch-function modes are per thread). ``error`` holds the reason
     when installing failed (provenance then simply stays off).
     """

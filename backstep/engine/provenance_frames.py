@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import backstep
+from backstep.engine.provenance_calls import CALL_CODE
 
 _BACKSTEP_DIR = os.path.dirname(os.path.abspath(backstep.__file__)) + os.sep
 _INTERNAL_DIRS: tuple[str, ...] = (
@@ -79,13 +80,11 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
 
 
 _UNSET: Any = object()
-_CALL_IMPL: CodeType | None = getattr(
-    getattr(torch.nn.Module, "_call_impl", None), "__code__", None
-)
+_CALL_IMPL: CodeType = CALL_CODE
 
 
 def call_impl_frame(frame: FrameType | None, limit: int = 4) -> FrameType | None:
-    """The ``Module._call_impl`` frame at most ``limit`` frames above ``frame`` (a module hook's)."""
+    """The module call's frame (provenance_calls) at most ``limit`` frames above ``frame``."""
     while frame is not None and limit > 0:
         if frame.f_code is _CALL_IMPL:
             return frame
@@ -97,8 +96,8 @@ def call_impl_frame(frame: FrameType | None, limit: int = 4) -> FrameType | None
 def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] | None:
     """Source dict of the first user frame at or above ``frame``, or None.
 
-    ``entries`` is the thread's running-module stack (objects with ``frame``: their _call_impl
-    frame, and ``source``: a cache). Everything above a module's _call_impl frame is fixed while
+    ``entries`` is the thread's running-module stack (objects with ``frame``: their module call's
+    frame, and ``source``: a cache). Everything above a module call's frame is fixed while
     that module runs, so once one op inside it walked past that frame, the others stop there.
     """
     files = _code_files

@@ -1,6 +1,7 @@
 """Track which nn.Module's forward is running, as a dotted path, per thread.
 
-Global forward pre/post hooks keep a per-thread stack. A root module (called with nothing on the
+``enter`` and ``leave``, run around every module call (provenance_calls), keep a per-thread
+stack. A root module (called with nothing on the
 stack) is named by the variable that holds it in the user's frame (``model``), else by its class;
 nested modules get their path from the root's ``named_modules()`` (cached, rebuilt at most once per
 root call when a module is missing), so ``model.encoder.layers.3.self_attn`` comes out whether
@@ -9,7 +10,7 @@ the call went through a ModuleList or not.
 Inside torch's own modules the tracker also stands in for the torch-function mode (see
 provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
 mode is popped until it returns and the module gets a Region entry; the library modules it calls
-get no entry, only two numbers and an id appended to the Region's log (the hooks' fast path: a
+get no entry, only two numbers and an id appended to the Region's log (``enter``'s fast path: a
 few attribute reads and appends per call); a user module inside gets a full entry and the mode
 back for its forward. Forwards under no_grad, and eval-mode transformer modules whose fast path
 may run, pause the mode for their whole extent with full entries (no user module inside gets it
@@ -28,9 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
-from torch.utils.hooks import RemovableHandle
 
-from backstep.engine import provenance_cuts
+from backstep.engine import provenance_calls, provenance_cuts
 from backstep.engine.naming import frame_locals
 from backstep.engine.provenance_frames import (
     _UNSET,
@@ -64,7 +64,7 @@ class _Entry:
         self.module = module
         self.key = id(module)
         self.path = path
-        self.frame: FrameType | None = None  # its Module._call_impl frame, while it runs
+        self.frame: FrameType | None = None  # its module call's frame (provenance_calls), while it runs
         self.source: Any = _UNSET  # cache for find_source()
         self.origin: _Entry = origin if origin is not None else self  # names via named_modules()
         self.rebuilt = False  # the origin's module map was rebuilt during this call
@@ -100,13 +100,6 @@ def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
     return None
 
 
-# torch.compiler.is_compiling() in two cheap steps: Dynamo folds is_dynamo_compiling() to True
-# while it traces, and _is_compiling_flag is what is_compiling() returns otherwise
-_compiler: Any = torch.compiler
-_dynamo_compiling = getattr(_compiler, "is_dynamo_compiling", None)
-if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
-    _dynamo_compiling = torch.compiler.is_compiling
-    _compiler = type("_NotCompiling", (), {"_is_compiling_flag": False})
 _grad_enabled = torch.is_grad_enabled
 _stack_depth = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
@@ -198,34 +191,29 @@ class _Watch:
 
 
 class ModuleTracker:
-    """Global module forward hooks maintaining the per-thread module-path stack."""
+    """Sees every module call (provenance_calls) and keeps the per-thread module-path stack."""
 
     def __init__(self) -> None:
         self._stack = _Stack()
         self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
-        self._handles: list[RemovableHandle] = []
+        self._hooks_now: tuple[provenance_calls.Enter, provenance_calls.Leave] | None = None
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
         # The torch-function mode (with ``enabled``) paused inside library modules; None: never.
         self.mode: Any = None
 
     def install(self) -> None:
-        """Register the global hooks (idempotent)."""
-        if self._handles:
+        """Start seeing every module call (idempotent)."""
+        if self._hooks_now is not None:
             return
-        from torch.nn.modules import module as module_mod
-
-        pre_hook, post_hook = self._hooks()
-        self._handles = [
-            module_mod.register_module_forward_pre_hook(pre_hook),
-            module_mod.register_module_forward_hook(post_hook, always_call=True),
-        ]
+        self._hooks_now = self._hooks()
+        provenance_calls.add(*self._hooks_now)
 
     def uninstall(self) -> None:
-        """Remove the global hooks; forwards still running simply stop being tracked."""
-        handles, self._handles = self._handles, []
-        for handle in handles:
-            handle.remove()
+        """Stop seeing module calls; forwards still running simply stop being tracked."""
+        hooks, self._hooks_now = self._hooks_now, None
+        if hooks is not None:
+            provenance_calls.remove(*hooks)
 
     def current_source(self, frame: FrameType | None) -> dict[str, Any] | None:
         """Source dict of the first user frame at or above ``frame`` (an op's caller)."""
@@ -260,17 +248,16 @@ class ModuleTracker:
 
     # -- hooks: never raise, never return a value -------------------------------------------
 
-    def _hooks(self) -> tuple[Callable[..., None], Callable[..., None]]:
-        """The global pre- and post-hook (closures: every module call runs them, and inside a
-        library module each must cost a few attribute reads and an append)."""
+    def _hooks(self) -> tuple[provenance_calls.Enter, provenance_calls.Leave]:
+        """The (enter, leave) run around every module call (closures: inside a library module
+        each must cost a few attribute reads and an append). ``sys._getframe(1)`` in them is the
+        call's frame in provenance_calls."""
         state = self._stack
         library, inplace = LIBRARY_CLASSES, INPLACE_CLASSES
         getframe, sequence_nr = sys._getframe, _get_sequence_nr
         enter_slow, exit_slow, watch = self._enter_slow, self._exit_slow, self._watch
 
         def pre_hook(module: nn.Module, args: Any) -> None:
-            if _dynamo_compiling() or _compiler._is_compiling_flag:
-                return  # under torch.compile: trace nothing of ours into the user's graph
             try:
                 region = state.region
                 if region is not None:  # inside a library module, the mode paused
@@ -286,9 +273,7 @@ class ModuleTracker:
             except Exception:
                 pass
 
-        def post_hook(module: nn.Module, args: Any, output: Any) -> None:
-            if _dynamo_compiling() or _compiler._is_compiling_flag:
-                return
+        def post_hook(module: nn.Module, output: Any) -> None:
             try:
                 region = state.region
                 if region is not None and region.module is not module:  # an inner one ended
@@ -367,12 +352,10 @@ class ModuleTracker:
         key = id(module)
         try:
             if top.key == key:
-                if type(top) is Region and caller is not top.caller and (
-                    top.caller is None or caller is not top.caller.f_back
-                ):
-                    # not obviously the call that opened it (a normal return runs in the same
-                    # ``inner`` frame, an exception in its _call_impl): maybe that one ended by
-                    # a BaseException, and this is a new call of the same module, logged in it
+                if type(top) is Region and caller is not top.caller:
+                    # not the call that opened it (``leave`` runs in the frame ``enter`` ran
+                    # in): that one's ``leave`` never ran (a BaseException inside ``enter``),
+                    # and this is a new call of the same module, logged in it
                     self._drop_stale(caller)
                     if not entries or entries[-1] is not top:
                         return
@@ -391,7 +374,7 @@ class ModuleTracker:
 
     def _drop_stale(self, caller: FrameType | None) -> None:
         """Forget the running-module entries whose forward is no longer among the callers of
-        ``caller``: a BaseException (KeyboardInterrupt) went through them, so no post-hook ran.
+        ``caller`` and whose ``leave`` never ran (a BaseException inside ``enter``).
         Their regions tag nothing (nodes keep no tags rather than wrong ones), and the mode is
         put back as the live entries want it (a region paused it, a user module in one pushed
         it back)."""
@@ -494,7 +477,7 @@ class ModuleTracker:
             entry.region = None
 
     def _unwind(self, key: int, output: Any) -> None:
-        """A post-hook for a module below the top: end it and everything above it."""
+        """``leave`` for a module below the top: end it and everything above it."""
         entries = self._stack.entries
         for index in range(len(entries) - 1, -1, -1):
             if entries[index].key == key:

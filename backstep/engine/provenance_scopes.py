@@ -32,15 +32,16 @@ library module called under no_grad inside another library module is not noted a
 (its caller is); an inner module not registered under the root gets the enclosing module's path.
 
 Why a log and not an object per call, tagging each module's outputs as it returns: on the worst
-case (a 32-layer nn.TransformerEncoder, 289 module calls in a 9 ms forward) no-op hooks alone
-cost 1.06-1.07x; a Scope per call with output tags measured 1.12-1.20x, the log about 1.09x.
+case (a 32-layer nn.TransformerEncoder, 289 module calls in a 9 ms forward) no-op global module
+hooks alone cost 1.06-1.07x; on them a Scope per call with output tags measured 1.12-1.20x, the
+log about 1.09x (provenance_calls has since replaced the hooks: 1.03-1.04x).
 
 A Region holds no frame, tensor, node or module once its module has returned (the naming context
 and the arguments' versions are dropped at its end; modules are kept as ids and weak references).
-A forward ended by a BaseException (KeyboardInterrupt: module post-hooks run for Exceptions only)
-leaves its region open with the mode paused; the tracker notices at the next module call that
-takes its slow path (a user module, or the same library module returning again) and forgets it
-untagged, putting the mode back.
+A forward ended by any exception, KeyboardInterrupt included, closes its region (``leave`` runs)
+and tags nothing of it. Should a region still be left open (a BaseException inside ``enter``
+itself), the tracker notices at the next module call that takes its slow path (a user module, or
+the same library module returning again) and forgets it untagged, putting the mode back.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class Region:
         "root", "table", "rebuilt", "scopes", "starts", "caller",
     )  # fmt: skip
 
-    frame = None  # no _call_impl frame for find_source to match
+    frame = None  # no module call frame for find_source to match
     resume = None
     pushes = False  # the mode is off while it runs
 
@@ -159,7 +160,7 @@ class Region:
         self.root: weakref.ref[nn.Module] | None = None
         self.table: _ModuleMap | None = None
         self.rebuilt = False
-        self.caller: Any = None  # the frame that ran its pre-hook, while it runs
+        self.caller: Any = None  # the module call's frame (provenance_calls), while it runs
         self.scopes: list[Scope] | None = None  # built from ``log`` when first asked
         self.starts: list[int] | None = None
 

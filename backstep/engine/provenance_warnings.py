@@ -7,8 +7,6 @@ filter would then show only the first of them in the whole run. While installed,
 every warning attributed to the mode's frame through to ``showwarning``, where it is issued again
 with ``warnings.warn_explicit`` at the location it would have had without backstep, through the
 user's own filters and registry: same text, same line, same once-per-location behaviour.
-torch.compile's warning about global module hooks is dropped when provenance's hooks are the
-only ones: without backstep it would not appear.
 """
 
 from __future__ import annotations
@@ -48,29 +46,9 @@ def _target(frame: FrameType | None) -> FrameType | None:
     return frame
 
 
-_COMPILE_HOOKS = "Using `torch.compile(module)` when there are global hooks"
-
-
-def _only_our_global_hooks() -> bool:
-    """True when every global nn.Module hook is provenance's own (the program set none)."""
-    from torch.nn.modules import module as nn_module
-
-    from backstep.engine.provenance_modules import ModuleTracker
-
-    for name in ("_global_forward_pre_hooks", "_global_forward_hooks",
-                 "_global_backward_pre_hooks", "_global_backward_hooks"):
-        for hook in getattr(nn_module, name, {}).values():
-            owner = getattr(hook, "tracker", None) or getattr(hook, "__self__", None)
-            if not isinstance(owner, ModuleTracker):
-                return False
-    return True
-
-
 def _showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
                  line: Any = None) -> None:
     previous = _installed[0] if _installed else warnings.showwarning
-    if str(message).startswith(_COMPILE_HOOKS) and _only_our_global_hooks():
-        return  # caused by provenance's hooks alone: plain python would not print it
     if filename != _FILE:
         previous(message, category, filename, lineno, file, line)
         return
