@@ -305,6 +305,51 @@ def test_breakpoints(breakpoints: list[dict], expected: tuple[str, str, bool]) -
     assert torch.isnan(x.grad[0]) and x.grad[1].item() == 0.25
 
 
+class TwoPart(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x) * 2)
+
+
+def test_module_breakpoint_stops_only_inside_the_named_modules() -> None:
+    """``backstep run --break 'model.encoder.*'``: the paths come from forward provenance,
+    including those inside torch's own modules (named lazily, when the pass asks)."""
+    from backstep.engine.provenance import Provenance, annotate
+    from backstep.protocol import parse_breakpoint
+
+    torch.manual_seed(0)
+    model = TwoPart()
+    x = torch.randn(3, 4)
+    with Provenance():
+        loss = model(x).pow(2).mean()
+    plain = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+    breakpoint_spec = parse_breakpoint("model.encoder.*")
+    assert breakpoint_spec == {"kind": "module", "pattern": "model.encoder.*"}
+    stepper = AutoStepper("continue", breakpoints=[breakpoint_spec], stop_at_pass_start=False)
+    rec = ListRecorder()
+    capture = Capture(rec, stepper.controller, record=False)
+    capture.annotate = annotate  # as the session wires it when provenance is on
+    with captured(capture):
+        loss.backward()
+    stops = [e for e in stepper.events if e["event"] == "stopped"]
+    (begin,) = rec.of("pass_begin")
+    modules = {n["id"]: n["module"] for n in begin["nodes"]}
+    stopped_in = [modules[e["id"]] for e in stops]
+    expected = sorted(
+        m for n in begin["nodes"]
+        if (m := n["module"]) and m.startswith("model.encoder.") and n["name"] != "AccumulateGrad"
+    )
+    assert {"model.encoder.0", "model.encoder.1", "model.encoder.2"} <= set(expected)
+    assert None not in stopped_in
+    assert sorted(stopped_in) == expected
+    assert all(e["reason"] == "breakpoint" for e in stops)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), plain, strict=True))
+
+
 def test_finish_and_abort() -> None:
     stepper = AutoStepper("finish")
     with captured(Capture(None, stepper.controller)):
