@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backstep import protocol
+from backstep.commands import add_script_arguments
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -31,11 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="do not stop at the first node of every pass (only at breakpoints)")
-    parser.add_argument("--no-source", action="store_true",
-                        help="do not record the forward source line of each node (faster)")
-    parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    parser.set_defaults(handler=main)
+    add_script_arguments(parser, main)
     return parser
 
 

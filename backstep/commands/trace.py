@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from backstep.commands import add_script_arguments
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -15,11 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", default="backstep-trace.jsonl", metavar="FILE",
                         help="where to write the events (default: %(default)s)")
-    parser.add_argument("--no-source", action="store_true",
-                        help="do not record the forward line and module of each node")
-    parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
-    parser.set_defaults(handler=main)
+    add_script_arguments(parser, main)
 
 
 def main(args: argparse.Namespace) -> int:

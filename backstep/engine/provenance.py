@@ -17,11 +17,11 @@ How: a torch-function mode sees the user's torch calls (provenance_tagging); a w
 every module call tracks the running module (provenance_calls, provenance_modules). Inside
 torch's own modules (nn.Linear, nn.TransformerEncoderLayer, nn.Sequential...) every op gets the
 line that called the outermost one anyway, so the mode is paused there and the wrapper logs
-module calls instead (provenance_scopes); a user module inside one gets the mode back. The one difference users can
-see: a user callable that is no module, run inside a torch module (a custom activation function
-given to nn.TransformerEncoderLayer), is attributed to the line that called the torch module, not
-to its own lines; and an in-place change made inside a torch module is recorded under the
-module's class name (``ReLU``) at that line, not per op.
+module calls instead (provenance_scopes); a user module inside one gets the mode back. The one
+difference users can see: a user callable that is no module, run inside a torch module (a custom
+activation function given to nn.TransformerEncoderLayer), is attributed to the line that called
+the torch module, not to its own lines; and an in-place change made inside a torch module is
+recorded under the module's class name (``ReLU``) at that line, not per op.
 
 Failures inside provenance are swallowed: at worst a node has no source, never a wrong one.
 Nothing here holds a node or a tensor. The source dicts are shared between nodes: read, never

@@ -1,11 +1,10 @@
 """Track which nn.Module's forward is running, as a dotted path, per thread.
 
 ``enter`` and ``leave``, run around every module call (provenance_calls), keep a per-thread
-stack. A root module (called with nothing on the
-stack) is named by the variable that holds it in the user's frame (``model``), else by its class;
-nested modules get their path from the root's ``named_modules()`` (cached, rebuilt at most once per
-root call when a module is missing), so ``model.encoder.layers.3.self_attn`` comes out whether
-the call went through a ModuleList or not.
+stack. A root module (called with nothing on the stack) is named by the variable that holds it in
+the user's frame (``model``), else by its class; nested modules get their path from the root's
+``named_modules()`` (cached, rebuilt at most once per root call when a module is missing), so
+``model.encoder.layers.3.self_attn`` comes out whether the call went through a ModuleList or not.
 
 Inside torch's own modules the tracker also stands in for the torch-function mode (see
 provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
@@ -64,7 +63,7 @@ class _Entry:
         self.module = module
         self.key = id(module)
         self.path = path
-        self.frame: FrameType | None = None  # its module call's frame (provenance_calls), while it runs
+        self.frame: FrameType | None = None  # its module call's frame, while it runs
         self.source: Any = _UNSET  # cache for find_source()
         self.origin: _Entry = origin if origin is not None else self  # names via named_modules()
         self.rebuilt = False  # the origin's module map was rebuilt during this call
@@ -246,7 +245,7 @@ class ModuleTracker:
         entries = self._stack.entries
         return entries[-1] if entries else None
 
-    # -- hooks: never raise, never return a value -------------------------------------------
+    # -- enter / leave: never raise, never return a value----------------------------------------
 
     def _hooks(self) -> tuple[provenance_calls.Enter, provenance_calls.Leave]:
         """The (enter, leave) run around every module call (closures: inside a library module
@@ -257,7 +256,7 @@ class ModuleTracker:
         getframe, sequence_nr = sys._getframe, _get_sequence_nr
         enter_slow, exit_slow, watch = self._enter_slow, self._exit_slow, self._watch
 
-        def pre_hook(module: nn.Module, args: Any) -> None:
+        def enter(module: nn.Module, args: Any) -> None:
             try:
                 region = state.region
                 if region is not None:  # inside a library module, the mode paused
@@ -273,7 +272,7 @@ class ModuleTracker:
             except Exception:
                 pass
 
-        def post_hook(module: nn.Module, output: Any) -> None:
+        def leave(module: nn.Module, output: Any) -> None:
             try:
                 region = state.region
                 if region is not None and region.module is not module:  # an inner one ended
@@ -283,8 +282,7 @@ class ModuleTracker:
             except Exception:
                 pass
 
-        pre_hook.tracker = post_hook.tracker = self  # type: ignore[attr-defined]
-        return pre_hook, post_hook
+        return enter, leave
 
     # -- the slow paths ----------------------------------------------------------------------
 
