@@ -3,6 +3,8 @@
 Run it with `python inplace_error.py`, or step through it with `backstep demo inplace_error`.
 """
 
+import json
+
 import torch
 
 
@@ -11,6 +13,12 @@ def check(fact: str, ok: bool) -> None:
     if not ok:
         raise SystemExit(f"FACT FAILED: {fact}")
     print(f"  checked: {fact}")
+
+
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
 
 
 w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
