@@ -49,6 +49,7 @@ check("w.grad stays None: the failing node sits between the loss and w", w.grad 
 print("B. the fix: clamp out of place, so the saved output stays untouched")
 h = torch.sigmoid(x * w)
 h = h.clamp(max=0.8)  # a new tensor; the saved one is still at version 0
+measure("sigmoid_6", round(torch.sigmoid(x[2] * w[2]).item(), 4))
 (h * 3).sum().backward()  # pass 2
 print(f"  w.grad = {w.grad}")
 check(
