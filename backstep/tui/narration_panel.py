@@ -56,7 +56,7 @@ class NarrationPanel(Static):
                                                snapshot.stop.name)
         if template is not None:
             self.template = template
-        self._render()
+        self._refill()
 
     def values(self) -> dict[str, Any]:
         """What the templates can use now: the script's measured values, the node ids, and the
@@ -82,9 +82,9 @@ class NarrationPanel(Static):
 
     def _fill_missing(self) -> None:
         if MISSING in self.text:
-            self._render()
+            self._refill()
 
-    def _render(self) -> None:
+    def _refill(self) -> None:
         text = render(self.template, self.values())
         if text != self.text:
             self.text = text
