@@ -40,6 +40,14 @@ check(
     error is not None and "backward through the graph a second time" in error,
 )
 check("x.grad is still 12: the failed pass added nothing", x.grad.item() == 12.0)
+try:
+    saved_x = "alive" if out.grad_fn._saved_self is x else "other"  # the node's saved x
+except RuntimeError:
+    saved_x = "freed"
+check(
+    "the graph is not deleted: out.grad_fn is still its PowBackward0; only its saved x is freed",
+    type(out.grad_fn).__name__ == "PowBackward0" and saved_x == "freed",
+)
 
 print("B. two heads on a shared encoder, without retain_graph")
 torch.manual_seed(0)

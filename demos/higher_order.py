@@ -124,6 +124,13 @@ for label, fn in (("pow3", lambda t: t**3), ("exp", torch.exp), ("tanh", torch.t
     measure(f"graph_{label}", names)
     uses_y = reaches(grad_x.grad_fn, y.grad_fn)
     measure(f"reuses_{label}", uses_y)
+    saved_name = "_saved_self" if label == "pow3" else "_saved_result"
+    try:
+        getattr(y.grad_fn, saved_name)
+        freed = False
+    except RuntimeError:  # "... after they have already been freed"
+        freed = True
+    check(f"{label}: without retain_graph, pass 1 freed what y's own node saved", freed)
     try:
         torch.autograd.grad(grad_x, x)  # passes 10, 12, 14: the second derivative
         error = None

@@ -28,13 +28,14 @@ expected = torch.full((10,), 0.1)  # d(mean(2x + 3))/dy = 1/10 for every element
 
 print("A. retain_grad() right after y = x * 2")
 y = x * 2
-y.retain_grad()
-z = y + 3
-# When does y.grad get written? Look from hooks (they return nothing: they change nothing).
+# When does y.grad get written? Look from hooks (they return nothing: they change nothing). The
+# prehook on y's own node is registered BEFORE retain_grad(), and still sees y.grad already set.
 seen = {}
-z.grad_fn.register_hook(lambda gi, go: seen.update(after_add=y.grad is not None))
 y.grad_fn.register_prehook(lambda go: seen.update(before_mul=y.grad is not None))
 y.grad_fn.register_hook(lambda gi, go: seen.update(after_mul=y.grad is not None))
+y.retain_grad()
+z = y + 3
+z.grad_fn.register_hook(lambda gi, go: seen.update(after_add=y.grad is not None))
 z.mean().backward()  # pass 1
 check("y.grad == 0.1 everywhere", torch.allclose(y.grad, expected))
 measure("y_grad_after_add", seen["after_add"])

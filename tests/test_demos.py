@@ -748,6 +748,7 @@ CLAIMS: dict[str, list[tuple[str, str]]] = {
     ],
     "backward_twice": [
         ("fails on its second backward", "the second backward raises 'Trying to backward"),
+        ("but the graph is not deleted", "the graph is not deleted: out.grad_fn is still"),
         ("a failed backward is\npartial", "yet head_b.weight.grad was written before the failure"),
         ("It is neither quietly: it is an\nerror", "the second backward raises an error"),
         ("The encoder's .grad keeps exactly loss_a's", "the encoder got only loss_a's gradient"),
@@ -777,6 +778,8 @@ CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("autograd.grad sets retain_graph to the value of create_graph",
          "create_graph=True also kept y's graph"),
         ("y's own PowBackward0 is not in it", "x**3: the gradient's graph is all new"),
+        ("had its saved x freed", "pow3: without retain_graph, pass 1 freed what y's own node"),
+        ("its saved\nresult reads FREED", "exp: without retain_graph, pass 1 freed"),
         ("that ExpBackward0 is y's\n  own node", "exp: the gradient's graph contains y's own"),
         ("TanhBackward0, y's own node again", "tanh: the gradient's graph contains y's own"),
         ("it prints tensor([2.])", "print(x.grad) shows tensor([2.])"),
