@@ -197,8 +197,8 @@ def _template(text: str, where: str) -> None:
             if field_name is not None and not re.match(r"[A-Za-z_]", field_name):
                 raise ValueError(f"field {{{field_name}}} must start with a name")
     except ValueError as exc:
-        raise ValueError(f"{where}: bad template ({exc}); write {{{{ and }}}} for literal braces")\
-            from None
+        hint = "write {{ and }} for literal braces"
+        raise ValueError(f"{where}: bad template ({exc}); {hint}") from None
 
 
 def _text(data: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from rich.markdown import Markdown
 from textual.widgets import Static
 
-from backstep.narration import MISSING, measured, render
+from backstep.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
 from backstep.tui.model import Snapshot
 
@@ -36,6 +36,7 @@ class NarrationPanel(Static):
         self._key: tuple[int, int] | None = None
         self._ids: dict[int, dict[int, int]] = {}
         self._saved: dict[str, int] = {}  # the current stop's saved tensors: name -> bytes
+        self._noted: dict[int, int] = {}  # per pass: how many executed nodes _ids has seen
 
     def on_mount(self) -> None:
         self.update(Markdown(self.text))
@@ -75,17 +76,19 @@ class NarrationPanel(Static):
         view = snapshot.pass_
         if view is not None:
             steps = self._ids.setdefault(view.number, {})
-            for node_id in view.executed():
+            executed = view.executed()
+            for node_id in executed[self._noted.get(view.number, 0):]:
                 record = view.record(node_id)
                 if record is not None:
                     steps[record.step] = record.id
+            self._noted[view.number] = len(executed)
 
     def _fill_missing(self) -> None:
         if MISSING in self.text:
             self._refill()
 
     def _refill(self) -> None:
-        text = render(self.template, self.values())
+        text = render(self.template, self.values() if fields(self.template) else {})
         if text != self.text:
             self.text = text
             self.update(Markdown(text))
