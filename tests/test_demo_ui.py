@@ -130,3 +130,42 @@ def test_the_panel_fills_ids_saved_bytes_and_late_measured_values() -> None:
             assert panel.text == "diff 1.5e-08"
 
     asyncio.run(walk())
+
+
+def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
+    """detach_no_grad in the real UI: the stop before pass 2's decoder node names both node ids,
+    and the outro carries the values the script measured (they arrive through the console)."""
+    demo = demos.find("detach_no_grad", REPO / "demos")
+    assert demo is not None
+    story = narration.load(demo.narration)
+    link = LiveLink(debuggee_command(str(demo.script), [], source=False))
+    app = BackstepApp(link, narration=story)
+    ids: dict[tuple[int, int], int] = {}
+    texts: list[str] = []
+
+    async def walk() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            panel = app.query_one(NarrationPanel)
+            while app.snapshot.exit is None:
+                await _until(pilot, lambda: app.snapshot.stop is not None
+                             or app.snapshot.exit is not None, "a stop or the exit")
+                stop = app.snapshot.stop
+                if stop is not None:
+                    ids[(stop.pass_, stop.step)] = stop.id
+                    await pilot.pause(0.05)
+                    if (stop.pass_, stop.step) == (2, 4):
+                        texts.append(panel.text)
+                    await pilot.press("n")
+                    await _until(pilot, lambda s=stop: app.snapshot.stop != s, "the next step")
+            await _until(pilot, lambda: narration.MISSING not in panel.text, "the outro's values")
+            texts.append(panel.text)
+
+    try:
+        asyncio.run(walk())
+    finally:
+        link.close()
+    stop_text, outro = texts
+    assert ids[(2, 4)] != ids[(1, 4)]
+    assert f"(id {ids[(2, 4)]}; pass 1's was id {ids[(1, 4)]})" in stop_text
+    assert outro.startswith("Checked: with detach()") and "own 80-byte storage" in outro
+    assert "from\n0 to 1" in outro or "from 0 to 1" in outro
