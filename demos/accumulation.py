@@ -1,5 +1,5 @@
 """Accumulation: .grad piles up across backward calls without zero_grad; accumulation on purpose
-over micro-batches gives the full-batch gradient.
+over micro-batches gives the full-batch gradient (where skipping zero_grad is right).
 
 Run it with `python accumulation.py`, or step through it with `backstep demo accumulation`.
 """

@@ -1,5 +1,5 @@
 """Backward twice: saved tensors are freed node by node during the first pass; the second pass
-fails at the first node that needs one, and not before.
+fails at the first node that needs one, and not before: an error, never silently wrong values.
 
 Run it with `python backward_twice.py`, or step through it with `backstep demo backward_twice`.
 """

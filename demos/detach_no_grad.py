@@ -1,4 +1,5 @@
-"""detach vs no_grad: where the graph is cut, and why the encoder's bias gets no gradient.
+"""detach vs no_grad: where the graph is cut, why the encoder's bias gets no gradient, and what
+each really does to memory (no_grad still allocates; detach shares storage and version counter).
 
 Run it with `python detach_no_grad.py`, or step through it with `backstep demo detach_no_grad`.
 """

@@ -1,5 +1,6 @@
 """retain_grad: calling it after the op still works, as long as it is before backward; a non-leaf's
-.grad is None without it (with a warning).
+.grad is None without it (with a warning); y.grad is written mid-pass, just before y's own node
+runs; and with y in two branches the engine sums them, retain_grad or not.
 
 Run it with `python retain_grad.py`, or step through it with `backstep demo retain_grad`.
 """

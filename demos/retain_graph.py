@@ -1,5 +1,6 @@
 """retain_graph with two losses on a shared encoder, (loss_a + loss_b).backward() instead, and what
-an optimizer.step() between the two backward calls changes.
+an optimizer.step() between the two backward calls changes; and a gradient never computed is
+None, not zero.
 
 Run it with `python retain_graph.py`, or step through it with `backstep demo retain_graph`.
 """
