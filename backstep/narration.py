@@ -12,6 +12,13 @@ The format (stdlib only, so the torch-free UI can read it)::
     node = "PowBackward0"    # node name; shell-style globs like "Accumulate*" allowed
     text = "PowBackward0 receives 1.0: the seed gradient d(out)/d(out)."
 
+Numbers the run measures are never typed in: texts are templates whose ``{fields}`` are filled from
+the run (``str.format`` syntax; write ``{{`` for a literal brace). ``{max_diff:.1e}`` is a value the
+script printed as ``  measured: max_diff = <JSON>`` (see ``measure`` in the demos), and
+``{id[2][4]}`` is the id of the node that ran at pass 2, step 4, and ``{saved[self]}`` the bytes of
+the current stop's saved tensor ``self``. A field the run has not produced
+yet shows as ``…``.
+
 At a stop, the text of the most specific matching ``[[stop]]`` is shown: the one that names the
 most keys (an exact node name beats a glob); ties go to the one written first. Narration is keyed to
 what is really stopped at, so a test can check every entry against a recorded trace.
@@ -20,13 +27,20 @@ what is really stopped at, so a test can check every entry against a recorded tr
 from __future__ import annotations
 
 import fnmatch
+import json
+import re
+import string
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 TOP_KEYS = frozenset({"title", "intro", "outro", "stop"})
 STOP_KEYS = frozenset({"pass", "step", "node", "text"})
+MISSING = "…"  # shown for a field the run has not produced (yet)
+MEASURED = re.compile(r"^\s*measured: ([A-Za-z_][A-Za-z0-9_]*) = (.+?)\s*$", re.MULTILINE)
+_FORMATTER = string.Formatter()
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,50 @@ class Narration:
         return None if best is None else best.text
 
 
+def fields(text: str) -> list[str]:
+    """The field names a template uses, in order (``id[2][4]`` gives ``id``)."""
+    names = []
+    for _, field_name, _, _ in _FORMATTER.parse(text):
+        if field_name is not None:
+            names.append(re.split(r"[.\[]", field_name, maxsplit=1)[0])
+    return names
+
+
+def render(text: str, values: Mapping[str, Any]) -> str:
+    """Fill a template's fields from the run's values; a field with no value shows ``MISSING``."""
+    out = []
+    for literal, field_name, spec, conversion in _FORMATTER.parse(text):
+        out.append(literal)
+        if field_name is None:
+            continue
+        try:
+            value, _ = _FORMATTER.get_field(field_name, (), values)
+            out.append(_FORMATTER.format_field(_FORMATTER.convert_field(value, conversion),
+                                               spec or ""))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            out.append(MISSING)
+    return "".join(out)
+
+
+def measured(output: str) -> dict[str, Any]:
+    """The values a script printed as ``  measured: NAME = <JSON>`` lines (the last one wins)."""
+    values: dict[str, Any] = {}
+    for name, raw in MEASURED.findall(output):
+        try:
+            values[name] = json.loads(raw)
+        except ValueError:
+            continue
+    return values
+
+
+def node_ids(stops: Iterable[tuple[int, int, int]]) -> dict[int, dict[int, int]]:
+    """``{pass: {step: node id}}`` from (pass, step, id) triples: the ``id`` field's value."""
+    ids: dict[int, dict[int, int]] = {}
+    for pass_, step, node_id in stops:
+        ids.setdefault(pass_, {})[step] = node_id
+    return ids
+
+
 def load(path: str | Path) -> Narration:
     """Read a narration file; raise ValueError naming the file and the problem."""
     path = Path(path)
@@ -108,6 +166,9 @@ def parse(text: str, origin: str = "<narration>") -> Narration:
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{origin}: 'stop' must be an array of tables, written [[stop]]")
     stops = tuple(_stop(entry, f"{origin}: [[stop]] #{i}") for i, entry in enumerate(entries, 1))
+    _template(intro, f"{origin}: 'intro'")
+    if outro is not None:
+        _template(outro, f"{origin}: 'outro'")
     return Narration(title=title, intro=intro, outro=outro, stops=stops)
 
 
@@ -125,7 +186,19 @@ def _stop(entry: dict[str, Any], where: str) -> Stop:
         raise ValueError(f"{where}: 'node' must be a non-empty string (a node name or glob)")
     if pass_ is None and step is None and node is None:
         raise ValueError(f"{where}: key it with at least one of pass, step, node")
+    _template(text, f"{where}: 'text'")
     return Stop(text=text, pass_=pass_, step=step, node=node)
+
+
+def _template(text: str, where: str) -> None:
+    """Reject a text whose braces do not form a template (write ``{{`` for a literal brace)."""
+    try:
+        for _, field_name, _, _ in _FORMATTER.parse(text):
+            if field_name is not None and not re.match(r"[A-Za-z_]", field_name):
+                raise ValueError(f"field {{{field_name}}} must start with a name")
+    except ValueError as exc:
+        hint = "write {{ and }} for literal braces"
+        raise ValueError(f"{where}: bad template ({exc}); {hint}") from None
 
 
 def _text(data: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:

@@ -3,6 +3,8 @@
 Run it with `python graph_basics.py`, or step through it with `backstep demo graph_basics`.
 """
 
+import json
+
 import torch
 
 
@@ -11,6 +13,12 @@ def check(fact: str, ok: bool) -> None:
     if not ok:
         raise SystemExit(f"FACT FAILED: {fact}")
     print(f"  checked: {fact}")
+
+
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
 
 
 x = torch.tensor(2.0, requires_grad=True)

@@ -3,6 +3,8 @@
 Run it with `python inplace_error.py`, or step through it with `backstep demo inplace_error`.
 """
 
+import json
+
 import torch
 
 
@@ -11,6 +13,12 @@ def check(fact: str, ok: bool) -> None:
     if not ok:
         raise SystemExit(f"FACT FAILED: {fact}")
     print(f"  checked: {fact}")
+
+
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
 
 
 w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
@@ -41,6 +49,7 @@ check("w.grad stays None: the failing node sits between the loss and w", w.grad 
 print("B. the fix: clamp out of place, so the saved output stays untouched")
 h = torch.sigmoid(x * w)
 h = h.clamp(max=0.8)  # a new tensor; the saved one is still at version 0
+measure("sigmoid_6", round(torch.sigmoid(x[2] * w[2]).item(), 4))
 (h * 3).sum().backward()  # pass 2
 print(f"  w.grad = {w.grad}")
 check(

@@ -4,6 +4,8 @@ Where is the NaN gradient born?
 Run it with `python nan_where.py`, or step through it with `backstep demo nan_where`.
 """
 
+import json
+
 import torch
 
 
@@ -12,6 +14,12 @@ def check(fact: str, ok: bool) -> None:
     if not ok:
         raise SystemExit(f"FACT FAILED: {fact}")
     print(f"  checked: {fact}")
+
+
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
 
 
 print("A. where() picks 0 for x <= 0, but sqrt still ran on every element")

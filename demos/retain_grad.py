@@ -1,9 +1,11 @@
 """retain_grad: calling it after the op still works, as long as it is before backward; a non-leaf's
-.grad is None without it (with a warning).
+.grad is None without it (with a warning); y.grad is written mid-pass, just before y's own node
+runs; and with y in two branches the engine sums them, retain_grad or not.
 
 Run it with `python retain_grad.py`, or step through it with `backstep demo retain_grad`.
 """
 
+import json
 import warnings
 
 import torch
@@ -16,15 +18,33 @@ def check(fact: str, ok: bool) -> None:
     print(f"  checked: {fact}")
 
 
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
+
+
 x = torch.linspace(-1.0, 1.0, 10, requires_grad=True)
 expected = torch.full((10,), 0.1)  # d(mean(2x + 3))/dy = 1/10 for every element
 
 print("A. retain_grad() right after y = x * 2")
 y = x * 2
+# When does y.grad get written? Look from hooks (they return nothing: they change nothing). The
+# prehook on y's own node is registered BEFORE retain_grad(), and still sees y.grad already set.
+seen = {}
+y.grad_fn.register_prehook(lambda go: seen.update(before_mul=y.grad is not None))
+y.grad_fn.register_hook(lambda gi, go: seen.update(after_mul=y.grad is not None))
 y.retain_grad()
 z = y + 3
+z.grad_fn.register_hook(lambda gi, go: seen.update(after_add=y.grad is not None))
 z.mean().backward()  # pass 1
 check("y.grad == 0.1 everywhere", torch.allclose(y.grad, expected))
+measure("y_grad_after_add", seen["after_add"])
+measure("y_grad_before_mul", seen["before_mul"])
+check(
+    "y.grad is still None after AddBackward0 ran, and already set before y's own MulBackward0 runs",
+    seen == {"after_add": False, "before_mul": True, "after_mul": True},
+)
 
 print("B. retain_grad() AFTER z = y + 3 was computed (the article says this raises)")
 y = x * 2
@@ -72,4 +92,26 @@ except RuntimeError as exc:
 check(
     "the second z.backward() fails WITH retain_grad: it needed retain_graph=True, not retain_grad",
     error is not None and "second time" in error,
+)
+
+print("F. y in two branches, with and without retain_grad (the article says it would 'overwrite')")
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y = x * 2
+y.retain_grad()
+((y * 3).sum() + (y**2).sum()).backward()  # pass 7: y feeds MulBackward0 and PowBackward0
+print(f"  y.grad = {y.grad.tolist()}; 3 + 2*y = {(3 + 2 * y.detach()).tolist()}")
+measure("two_branch_y_grad", y.grad.tolist())
+check(
+    "y.grad is the SUM of both branches' gradients, 3 (from y*3) + 2*y (from y**2)",
+    torch.equal(y.grad, 3 + 2 * y.detach()),
+)
+with_retain = x.grad.clone()
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y = x * 2
+((y * 3).sum() + (y**2).sum()).backward()  # pass 8: the same, no retain_grad
+measure("x_grad_with_retain", with_retain.tolist())
+measure("x_grad_without_retain", x.grad.tolist())
+check(
+    "x.grad is bit-identical with and without retain_grad: the engine sums the branches either way",
+    torch.equal(with_retain, x.grad),
 )

@@ -1,10 +1,12 @@
 """retain_graph with two losses on a shared encoder, (loss_a + loss_b).backward() instead, and what
-an optimizer.step() between the two backward calls changes.
+an optimizer.step() between the two backward calls changes; and a gradient never computed is
+None, not zero.
 
 Run it with `python retain_graph.py`, or step through it with `backstep demo retain_graph`.
 """
 
 import copy
+import json
 
 import torch
 import torch.nn as nn
@@ -15,6 +17,12 @@ def check(fact: str, ok: bool) -> None:
     if not ok:
         raise SystemExit(f"FACT FAILED: {fact}")
     print(f"  checked: {fact}")
+
+
+def measure(name: str, value: object) -> object:
+    """Print a value the narration quotes, so it is the run's number and never a typed-in one."""
+    print(f"  measured: {name} = {json.dumps(value)}")
+    return value
 
 
 torch.manual_seed(0)
@@ -53,6 +61,7 @@ loss_a, loss_b = losses()
 summed = encoder_grads()
 diff = max((a - b).abs().max().item() for a, b in zip(two_calls, summed, strict=True))
 print(f"  largest difference between A and B encoder gradients: {diff:.1e}")
+measure("max_diff", diff)  # machine-dependent rounding: the narration quotes this run's value
 check(
     "A and B give the same encoder gradients, up to float rounding",
     all(torch.allclose(a, b, atol=1e-6) for a, b in zip(two_calls, summed, strict=True)),
@@ -70,6 +79,9 @@ check(
 )
 optimizer.step()  # updates encoder weights IN PLACE; the graph saved encoder[2].weight
 print(f"  encoder[2].weight version: {version} before step, {encoder[2].weight._version} after")
+measure("version_before", version)
+measure("version_after", encoder[2].weight._version)
+check("optimizer.step() bumped the weight's version", encoder[2].weight._version > version)
 try:
     loss_b.backward()  # pass 5
     failed = None
@@ -96,6 +108,8 @@ loss2 = nn.L1Loss()(output, target)
 loss2.backward()  # pass 7: no error, but `output` still holds the values from before the step
 fresh_loss = nn.L1Loss()(model(data), target).item()
 print(f"  loss2 = {loss2.item():.6f}; L1 of a fresh forward after the step = {fresh_loss:.6f}")
+measure("loss2", loss2.item())
+measure("fresh_loss", fresh_loss)
 check(
     "loss2.backward() runs: Linear on plain data saves the data, not the weight",
     model.weight.grad is not None,
@@ -107,4 +121,26 @@ nn.L1Loss()(before_step(data), target).backward()  # pass 8: the gradient at the
 check(
     "loss2's gradient is exactly the gradient at the OLD weights",
     torch.equal(model.weight.grad, before_step.weight.grad),
+)
+
+print("E. the forum thread's 'would be zero': head_b's gradient from loss_a alone is None")
+zero()
+loss_a, _ = losses()
+loss_a.backward()  # pass 9: loss_a alone; head_b is not in its graph at all
+measure("head_b_grad", None if head_b.weight.grad is None else head_b.weight.grad.tolist())
+check(
+    "after loss_a.backward(), head_b.weight.grad is None (never computed), not a tensor of zeros",
+    head_b.weight.grad is None and encoder[0].weight.grad is not None,
+)
+# None and zero are not the same to an optimizer: SGD skips a parameter whose .grad is None,
+# but weight decay still moves one whose .grad is zero.
+w_none = nn.Parameter(torch.ones(2))
+w_zero = nn.Parameter(torch.ones(2))
+w_zero.grad = torch.zeros(2)
+torch.optim.SGD([w_none, w_zero], lr=0.1, weight_decay=0.1).step()
+measure("w_none_after_step", [round(v, 6) for v in w_none.tolist()])
+measure("w_zero_after_step", [round(v, 6) for v in w_zero.tolist()])
+check(
+    "SGD(weight_decay=0.1) leaves a parameter with .grad None untouched, but moves a zero-grad one",
+    torch.equal(w_none, torch.ones(2)) and bool((w_zero < 1).all()),
 )

@@ -36,7 +36,7 @@ def test_graph_basics_narration_follows_the_steps() -> None:
     async def walk() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             panel = app.query_one(NarrationPanel)
-            assert panel.text == story.intro  # before the first stop
+            assert panel.text == narration.render(story.intro, {})  # before the first stop
             expected = [
                 "PowBackward0",
                 "AddBackward0",
@@ -57,12 +57,13 @@ def test_graph_basics_narration_follows_the_steps() -> None:
                 stop = app.snapshot.stop
                 assert stop is not None and stop.name == name
                 seen.append((stop.pass_, stop.step, panel.text))
-                assert panel.text == story.text_for(1, step, name)
+                assert panel.text == narration.render(story.text_for(1, step, name), {})
             await pilot.press("n")  # the last node runs; the script prints and exits
             await _until(pilot, lambda: app.snapshot.exit is not None, "the script's exit")
             await pilot.pause(0.05)
             assert app.snapshot.exit.code == 0
-            assert panel.text == story.outro
+            assert panel.text == narration.render(story.outro, {})  # f"{{x.grad}}" -> f"{x.grad}"
+            assert 'f"{x.grad}" prints 64.0' in panel.text
 
     try:
         asyncio.run(walk())
@@ -71,3 +72,100 @@ def test_graph_basics_narration_follows_the_steps() -> None:
     texts = [text for _, _, text in seen]
     assert len(set(texts)) == 5  # the narration changed at every keyed step
     assert "seed gradient" in texts[0] and "64" in texts[3] and "32" in texts[4]
+
+
+def test_the_panel_fills_ids_saved_bytes_and_late_measured_values() -> None:
+    """Fields are filled from what the UI has seen: node ids of earlier passes, the current stop's
+    saved bytes, and measured lines the script printed, even when they arrive after the exit."""
+    from textual.app import App, ComposeResult
+
+    from backstep.tui.console import ConsolePanel
+    from backstep.tui.model import SessionModel
+
+    story = narration.parse(
+        'title = "t"\nintro = "before"\n'
+        'outro = "diff {max_diff:.1e}"\n'
+        "[[stop]]\npass = 2\nstep = 1\n"
+        'text = "new node {id[2][1]}, was {id[1][1]}; saved {saved[self]} B"\n'
+    )
+    model = SessionModel()
+
+    def node(pass_: int, id_: int) -> dict[str, object]:
+        return {"id": id_, "name": "PowBackward0", "next": [None], "leaf": None, "source": None,
+                "module": None}
+
+    class Demo(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ConsolePanel()
+            yield NarrationPanel(story)
+
+    async def walk() -> None:
+        app = Demo()
+        async with app.run_test() as pilot:
+            panel = app.query_one(NarrationPanel)
+            console = app.query_one(ConsolePanel)
+            assert panel.text == "before"
+            saved = [{"name": "self", "status": "alive", "shape": [32], "dtype": "float32",
+                      "bytes": 128}]
+            for pass_, id_ in ((1, 4), (2, 11)):
+                model.apply({"event": "pass_begin", "pass": pass_, "api": "backward",
+                             "retain_graph": False, "create_graph": False, "roots": [id_],
+                             "nodes": [node(pass_, id_)]})
+                model.apply({"event": "stopped", "pass": pass_, "step": 1, "id": id_,
+                             "name": "PowBackward0", "reason": "step", "grad_outputs": [],
+                             "saved": saved})
+                panel.show(model.snapshot())
+                model.apply({"event": "node", "pass": pass_, "step": 1, "id": id_,
+                             "name": "PowBackward0", "grad_outputs": [], "grad_inputs": [],
+                             "saved": saved, "error": None})
+                model.apply({"event": "pass_end", "pass": pass_, "status": "ok", "error": None,
+                             "skipped": []})
+                panel.show(model.snapshot())
+            assert panel.text == "new node 11, was 4; saved 128 B"
+            model.apply({"event": "exit", "code": 0})
+            panel.show(model.snapshot())
+            assert panel.text == "diff …"  # the script's output has not arrived yet
+            console.write("  checked: x\n  measured: max_diff = 1.5e-08\n")
+            await pilot.pause(0.6)  # the panel looks again while a value is missing
+            assert panel.text == "diff 1.5e-08"
+
+    asyncio.run(walk())
+
+
+def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
+    """detach_no_grad in the real UI: the stop before pass 2's decoder node names both node ids,
+    and the outro carries the values the script measured (they arrive through the console)."""
+    demo = demos.find("detach_no_grad", REPO / "demos")
+    assert demo is not None
+    story = narration.load(demo.narration)
+    link = LiveLink(debuggee_command(str(demo.script), [], source=False))
+    app = BackstepApp(link, narration=story)
+    ids: dict[tuple[int, int], int] = {}
+    texts: list[str] = []
+
+    async def walk() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            panel = app.query_one(NarrationPanel)
+            while app.snapshot.exit is None:
+                await _until(pilot, lambda: app.snapshot.stop is not None
+                             or app.snapshot.exit is not None, "a stop or the exit")
+                stop = app.snapshot.stop
+                if stop is not None:
+                    ids[(stop.pass_, stop.step)] = stop.id
+                    await pilot.pause(0.05)
+                    if (stop.pass_, stop.step) == (2, 4):
+                        texts.append(panel.text)
+                    await pilot.press("n")
+                    await _until(pilot, lambda s=stop: app.snapshot.stop != s, "the next step")
+            await _until(pilot, lambda: narration.MISSING not in panel.text, "the outro's values")
+            texts.append(panel.text)
+
+    try:
+        asyncio.run(walk())
+    finally:
+        link.close()
+    stop_text, outro = texts
+    assert ids[(2, 4)] != ids[(1, 4)]
+    assert f"(id {ids[(2, 4)]}; pass 1's was id {ids[(1, 4)]})" in stop_text
+    assert outro.startswith("Checked: with detach()") and "own 80-byte storage" in outro
+    assert "from\n0 to 1" in outro or "from 0 to 1" in outro

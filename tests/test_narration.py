@@ -136,3 +136,63 @@ def test_load_names_the_file_it_cannot_read(tmp_path: Path) -> None:
     binary.write_bytes(b'title = "\xff"\n')
     with pytest.raises(ValueError, match="binary.toml: narration is not UTF-8"):
         narration.load(binary)
+
+
+# -- templates filled from the run -------------------------------------------------------------
+
+
+def test_render_fills_measured_values_ids_and_saved_bytes() -> None:
+    values = {"max_diff": 1.5e-08, "id": {2: {4: 11}, 1: {4: 4}}, "saved": {"self": 128},
+              "names": ["MulBackward0", "ExpBackward0"], "gone": None}
+    text = "d={max_diff:.1e} new={id[2][4]} old={id[1][4]} b={saved[self]} n={names} g={gone}"
+    assert narration.render(text, values) == (
+        "d=1.5e-08 new=11 old=4 b=128 n=['MulBackward0', 'ExpBackward0'] g=None"
+    )
+
+
+def test_render_shows_a_value_the_run_has_not_produced_as_missing() -> None:
+    text = "d={max_diff:.1e} at {id[3][1]} {saved[mat1]}"
+    assert narration.render(text, {"id": {}, "saved": {}}) == "d=… at … …"
+    assert narration.render("{x:d}", {"x": "text"}) == "…"  # a value of the wrong kind
+    assert narration.render('f"{{x.grad}}" stays literal', {}) == 'f"{x.grad}" stays literal'
+
+
+def test_fields_lists_what_a_template_needs() -> None:
+    assert narration.fields("a {x:.1e} {id[2][4]} {saved[self]} {{literal}}") == [
+        "x", "id", "saved"
+    ]
+    assert narration.fields("no fields") == []
+
+
+def test_measured_reads_the_scripts_measured_lines() -> None:
+    out = (
+        "A. something\n"
+        "  measured: max_diff = 1.5e-08\n"
+        "  checked: a fact\n"
+        "  measured: held = [128, 256]\n"
+        "  measured: flag = false\n"
+        "  measured: broken = [1,\n"
+        "  measured: max_diff = 3.0e-08\n"  # the last one wins
+        "measured: not json = x\n"
+    )
+    assert narration.measured(out) == {"max_diff": 3.0e-08, "held": [128, 256], "flag": False}
+
+
+def test_node_ids_by_pass_and_step() -> None:
+    assert narration.node_ids([(1, 1, 7), (1, 2, 9), (2, 1, 7)]) == {1: {1: 7, 2: 9}, 2: {1: 7}}
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('title = "t"\nintro = "a {x"', "'intro': bad template"),
+        ('title = "t"\nintro = "i"\noutro = "a }"', "'outro': bad template"),
+        ('title = "t"\nintro = "i"\n[[stop]]\npass = 1\ntext = "{}"', "[[stop]] #1: 'text': bad"),
+        ('title = "t"\nintro = "i"\n[[stop]]\npass = 1\ntext = "{0}"', "must start with a name"),
+    ],
+)
+def test_a_broken_template_is_a_clear_error_at_load(text: str, where: str) -> None:
+    with pytest.raises(ValueError) as info:
+        narration.parse(text, "demo.toml")
+    assert str(info.value).startswith("demo.toml: ") and where in str(info.value)
+    assert "write {{ and }} for literal braces" in str(info.value)

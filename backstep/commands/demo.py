@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from backstep import demos, narration
@@ -12,9 +13,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="narrated walkthroughs that teach autograd by stepping through it",
-        description="Without NAME, list the demos. With NAME, step through it with narration.",
+        description="Without NAME (or with --list), list the demos. With NAME, step through it "
+        "with narration.",
     )
     parser.add_argument("name", nargs="?", metavar="NAME", help="the demo to open")
+    parser.add_argument("--list", action="store_true", help="list the demos (as with no NAME)")
     parser.add_argument(
         "--script",
         action="store_true",
@@ -25,6 +28,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     found = demos.all_demos()
+    if getattr(args, "list", False):
+        if args.name is not None or args.script:
+            print("backstep demo: --list takes no NAME and no --script", file=sys.stderr)
+            return 2
+        return _list(found)
     if args.name is None:
         if args.script:
             print("backstep demo: --script needs a demo NAME", file=sys.stderr)
@@ -53,10 +61,15 @@ def _list(found: list[demos.Demo]) -> int:
         print("backstep demo: no demos found", file=sys.stderr)
         return 1
     width = max(len(d.name) for d in found)
+    lines = []
     for demo in found:
         try:
             title = demo.title
         except ValueError as exc:
             title = f"(broken narration: {exc})"
-        print(f"{demo.name:<{width}}  {title}")
+        lines.append(f"{demo.name:<{width}}  {title}")
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `backstep demo | head -1`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
