@@ -293,9 +293,15 @@ class Listener:
 
     @staticmethod
     def _refuse(sock: socket.socket, why: str) -> None:
+        """Say why, then hang up. What the peer sent and nobody read is drained first: closing
+        over unread data resets the connection, and the peer would never read the reason."""
         with contextlib.suppress(OSError):
             sock.setblocking(False)
             sock.send(protocol.encode(protocol.error_event(why)))
+            sock.shutdown(socket.SHUT_WR)
+            for _ in range(16):
+                if not sock.recv(65536):
+                    break
         with contextlib.suppress(OSError):
             sock.close()
 
