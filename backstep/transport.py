@@ -19,6 +19,7 @@ import secrets
 import selectors
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -79,11 +80,21 @@ class Channel:
 
     def incoming(self) -> Iterator[dict[str, Any]]:
         """Messages until the peer leaves; garbage is answered with an ``error`` event and
-        skipped, so a bad line never ends the conversation."""
+        skipped, so a bad line never ends the conversation. Only a read that keeps failing in
+        some unforeseen way, not line after line of garbage, ends it like an end of stream."""
+        failures = 0
         while True:
             try:
                 message = self.receive()
+                failures = 0
+            except protocol.ProtocolError as exc:
+                self.send(protocol.error_event(str(exc)))
+                continue
             except Exception as exc:  # noqa: BLE001 - no line may end the conversation
+                failures += 1
+                if failures > 10:
+                    self.closed = True
+                    return
                 self.send(protocol.error_event(protocol.describe(exc)))
                 continue
             if message is None:
@@ -174,7 +185,7 @@ class Listener:
         the fd to the child (``pass_fds``) inside the ``with``; it is closed here after."""
         read_end, write_end = os.pipe()
         try:
-            os.write(write_end, self.token.encode())
+            os.write(write_end, self.token.encode() + b"\n")
         finally:
             os.close(write_end)
         try:
@@ -332,13 +343,17 @@ def address_from_environment() -> tuple[str, str] | None:
         return None
     fd = int(fd_text)
     data = b""
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # never read (or close) some other fd
+        raise OSError(f"{ENV_TOKEN_FD}={fd} is not the pipe backstep hands over")
     try:
-        while len(data) < MAX_HELLO and (chunk := os.read(fd, MAX_HELLO)):
+        # up to the newline: a copy of the write end forked into some other process must not
+        # keep this read waiting for an end of file
+        while b"\n" not in data and len(data) < MAX_HELLO and (chunk := os.read(fd, MAX_HELLO)):
             data += chunk
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
-    return path, data.decode("ascii", "replace").strip()
+    return path, data.split(b"\n")[0].decode("ascii", "replace")
 
 
 def connect(path: str, token: str, timeout: float = 10.0,
