@@ -36,6 +36,7 @@ HELLO_TIMEOUT = 10.0  # total, from connect to the end of the hello line
 MAX_HELLO = 1024  # a hello is ~80 bytes
 MAX_PENDING = 16  # connections saying hello at once; more are refused at once
 _POLL = 0.25  # how often ``accept`` asks whether to give up
+_MAX_SOCKET_DIRECTORY = 96  # a socket path holds 104 bytes on macOS, 108 on Linux
 
 
 class Channel:
@@ -163,8 +164,7 @@ class Listener:
         self.max_line = max_line
         self.hello_timeout = hello_timeout
         self.uid = os.geteuid()  # the only user whose processes may connect
-        self.directory = tempfile.mkdtemp(prefix="backstep-")
-        os.chmod(self.directory, 0o700)
+        self.directory = _private_directory()
         self.path = os.path.join(self.directory, "s")
         self.token = secrets.token_hex(16)
         self._pending: dict[socket.socket, _Handshake] = {}
@@ -331,6 +331,17 @@ class Listener:
     def close(self) -> None:
         """Stop listening for good (idempotent, from any thread); an accepted channel lives on."""
         self._stop_listening()
+
+
+def _private_directory() -> str:
+    """A fresh 0700 directory for the socket, in TMPDIR unless that is too long to hold a
+    socket path (about 100 bytes), then in /tmp."""
+    directory = tempfile.mkdtemp(prefix="backstep-")
+    if len(os.fsencode(directory)) > _MAX_SOCKET_DIRECTORY and os.path.isdir("/tmp"):
+        os.rmdir(directory)
+        directory = tempfile.mkdtemp(prefix="backstep-", dir="/tmp")
+    os.chmod(directory, 0o700)
+    return directory
 
 
 def address_from_environment() -> tuple[str, str] | None:

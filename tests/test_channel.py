@@ -427,3 +427,20 @@ def test_reading_the_handoff_closes_its_fd_and_clears_the_environment() -> None:
         assert result.stdout.strip() == "True False []", result.stderr
     finally:
         listener.close()
+
+
+def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: Path,
+                                                                     monkeypatch: Any) -> None:
+    long = tmp_path / ("d" * 120)
+    long.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long))
+    listener = transport.Listener()
+    try:
+        assert len(os.fsencode(listener.path)) < 104
+        accepting = Accepting(listener)
+        good = transport.connect(listener.path, listener.token)
+        assert accepting.channel() is not None
+        good.close()
+    finally:
+        listener.close()
+    assert not os.path.exists(listener.directory) and list(long.iterdir()) == []
