@@ -186,13 +186,14 @@ class _UIAttachment(_Attachment):
         self.saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
         options = {"breakpoints": self.breakpoints, "stop_at_pass_start": self.stop_at_pass_start,
                    "source": self.source}
-        with self.listener.handoff() as (variables, token_fd):
-            self.process = process = subprocess.Popen(
-                [*UI_COMMAND, "--console", f"{read_ends[0]},{read_ends[1]}",
-                 "--options", json.dumps(options)],
-                stdin=0, stdout=self.saved_fds[1], stderr=self.saved_fds[2],
-                pass_fds=(*read_ends, token_fd), env={**os.environ, **variables},
-            )
+        env = {**os.environ, **self.listener.handoff()}  # the token goes through a pipe
+        self.process = process = subprocess.Popen(
+            [*UI_COMMAND, "--console", f"{read_ends[0]},{read_ends[1]}",
+             "--options", json.dumps(options)],
+            stdin=0, stdout=self.saved_fds[1], stderr=self.saved_fds[2],
+            pass_fds=(*read_ends, *self.listener.pass_fds), env=env,
+        )
+        self.listener.handed_off()
         # a UI that dies at startup is noticed at once, not after CONNECT_TIMEOUT
         self.channel = self.listener.accept(CONNECT_TIMEOUT,
                                             give_up=lambda: process.poll() is not None)

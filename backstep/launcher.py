@@ -55,25 +55,25 @@ class Debuggee:
         self.listener = transport.Listener()
         env = dict(os.environ)
         env.update(self.extra_env)
+        env.update(self.listener.handoff())
         env.setdefault("PYTHONUNBUFFERED", "1")  # the console panel shows output as it happens
         try:
-            with self.listener.handoff() as (variables, token_fd):
-                env.update(variables)
-                self.process = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=self.cwd,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(token_fd,),
-                )
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=self.listener.pass_fds,
+            )
         except OSError:
             self.listener.close()
             self.listener = None
             raise
+        self.listener.handed_off()
         assert self.process.stdout is not None and self.process.stderr is not None
         for name, pipe in (("stdout", self.process.stdout), ("stderr", self.process.stderr)):
             thread = threading.Thread(target=self._pump, args=(pipe.fileno(), name),

@@ -168,6 +168,7 @@ class Listener:
         self.path = os.path.join(self.directory, "s")
         self.token = secrets.token_hex(16)
         self._pending: dict[socket.socket, _Handshake] = {}
+        self.pass_fds: tuple[int, ...] = ()  # the token's pipe, while a child is being started
         self.server: socket.socket | None = None
         try:
             self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -178,20 +179,25 @@ class Listener:
             self.close()
             raise
 
-    @contextlib.contextmanager
-    def handoff(self) -> Iterator[tuple[dict[str, str], int]]:
+    def handoff(self) -> dict[str, str]:
         """What a child needs to find and prove itself to this listener: environment variables
-        (the socket path and the number of an fd) and that fd, a pipe holding the token. Pass
-        the fd to the child (``pass_fds``) inside the ``with``; it is closed here after."""
+        naming the socket and an fd, a pipe that holds the token. Start the child with
+        ``pass_fds=listener.pass_fds``, then call ``handed_off``."""
+        self.handed_off()
         read_end, write_end = os.pipe()
         try:
             os.write(write_end, self.token.encode() + b"\n")
         finally:
             os.close(write_end)
-        try:
-            yield {ENV_SOCKET: self.path, ENV_TOKEN_FD: str(read_end)}, read_end
-        finally:
-            os.close(read_end)
+        self.pass_fds = (read_end,)
+        return {ENV_SOCKET: self.path, ENV_TOKEN_FD: str(read_end)}
+
+    def handed_off(self) -> None:
+        """The child has its copy of the token's fd (or never will): close ours."""
+        fds, self.pass_fds = self.pass_fds, ()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def accept(self, timeout: float | None = None,
                give_up: Callable[[], bool] | None = None) -> Channel | None:
@@ -330,6 +336,7 @@ class Listener:
 
     def close(self) -> None:
         """Stop listening for good (idempotent, from any thread); an accepted channel lives on."""
+        self.handed_off()
         self._stop_listening()
 
 

@@ -420,10 +420,14 @@ def test_reading_the_handoff_closes_its_fd_and_clears_the_environment() -> None:
             print(address is not None, still_open, sorted(k for k in os.environ
                   if k.startswith("BACKSTEP")))
         """)
-        with listener.handoff() as (variables, fd):
-            result = subprocess.run([sys.executable, "-c", code, str(fd)], pass_fds=(fd,),
-                                    env={**os.environ, **variables}, capture_output=True,
-                                    text=True, timeout=60)
+        variables = listener.handoff()
+        (fd,) = listener.pass_fds
+        result = subprocess.run([sys.executable, "-c", code, str(fd)], pass_fds=(fd,),
+                                env={**os.environ, **variables}, capture_output=True,
+                                text=True, timeout=60)
+        listener.handed_off()
+        with pytest.raises(OSError):
+            os.fstat(fd)  # and the listener's own copy is closed too
         assert result.stdout.strip() == "True False []", result.stderr
     finally:
         listener.close()
