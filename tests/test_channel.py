@@ -448,3 +448,26 @@ def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: P
     finally:
         listener.close()
     assert not os.path.exists(listener.directory) and list(long.iterdir()) == []
+
+
+def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> None:
+    from backstep.attachment import _UIAttachment
+
+    class Channel(FakeChannel):
+        closed = False
+
+        def incoming(self) -> Any:
+            yield from HOSTILE
+            raise RuntimeError("the socket layer broke in a way nobody foresaw")
+
+        def close(self) -> None:
+            self.closed = True
+
+    channel = Channel([])
+    attachment = _UIAttachment([], stop_at_pass_start=True, source=False)
+    attachment.channel = channel  # type: ignore[assignment]
+    attachment.controller = controller = Controller(channel.send)
+    with pytest.raises(RuntimeError):
+        attachment._serve()
+    assert [e["event"] for e in channel.sent] == ["error"] * len(HOSTILE)
+    assert controller.detached and channel.closed and attachment.channel is None
