@@ -1,8 +1,8 @@
 """The UI child of ``backstep.attach()``: the same app as ``backstep run``, other plumbing.
 
 Started by the user's process as ``python -m backstep.attach_ui --console R1,R2 --options JSON``
-with BACKSTEP_SOCKET/BACKSTEP_TOKEN set, on the user's terminal. It connects to the script,
-sends ``start`` with the options ``attach()`` was given, shows the script's output read from the
+with BACKSTEP_SOCKET/BACKSTEP_TOKEN_FD set (``transport.Listener.handoff``), on the user's
+terminal. It connects to the script, sends ``start`` with the options ``attach()`` was given, shows the script's output read from the
 console pipes R1 (stdout) and R2 (stderr), and on quit tells the script to detach. Never imports
 torch.
 """
@@ -43,8 +43,9 @@ def pump(fd: int, name: str, app: BackstepApp) -> None:
 class AttachLink:
     """The app's way back to the script that attached it."""
 
-    def __init__(self, console: list[int]) -> None:
+    def __init__(self, console: list[int], address: tuple[str, str] | None) -> None:
         self.console = console
+        self.address = address
         self.channel: transport.Channel | None = None
 
     def open(self, app: BackstepApp) -> None:
@@ -57,10 +58,10 @@ class AttachLink:
     def _serve(self, app: BackstepApp) -> None:
         from backstep.tui.messages import Disconnected, ServerError
 
-        path = os.environ.pop(transport.ENV_SOCKET, "")
-        token = os.environ.pop(transport.ENV_TOKEN, "")
         try:
-            self.channel = transport.connect(path, token)
+            if self.address is None:
+                raise OSError(f"{transport.ENV_SOCKET} and {transport.ENV_TOKEN_FD} are not set")
+            self.channel = transport.connect(*self.address)
         except OSError as exc:
             app.post_message(ServerError(f"could not reach the script: {exc}"))
             app.post_message(Disconnected(None))
@@ -86,11 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--console", default="", help="read ends of the stdout,stderr pipes")
     parser.add_argument("--options", default="{}", help="attach() options as JSON")
     args = parser.parse_args(argv)
+    try:  # read the token first thing: its fd and variables are gone from here on
+        address = transport.address_from_environment()
+    except OSError:
+        address = None
     options = json.loads(args.options)
     console = [int(fd) for fd in args.console.split(",") if fd]
     from backstep.tui.app import BackstepApp
 
-    link = AttachLink(console)
+    link = AttachLink(console, address)
     app = BackstepApp(link, breakpoints=list(options.get("breakpoints", [])),
                       stop_at_pass_start=bool(options.get("stop_at_pass_start", True)),
                       source=bool(options.get("source", True)))

@@ -24,11 +24,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backstep import protocol, transport
+from backstep import launcher, protocol, transport
 
 _lock = threading.RLock()
 _current: _Attachment | None = None
 CONNECT_TIMEOUT = 30.0
+UI_COMMAND = [sys.executable, "-m", "backstep.attach_ui"]  # then --console R1,R2 --options JSON
 
 
 def attach(
@@ -178,43 +179,43 @@ class _UIAttachment(_Attachment):
             self.terminal = termios.tcgetattr(0)
         except (termios.error, OSError):
             self.terminal = None
-        self.listener = transport.Listener()
+        self.listener = transport.Listener(max_line=protocol.MAX_COMMAND_LINE)
         for fd in (1, 2):
             self.pipes[fd] = os.pipe()
         read_ends = [self.pipes[1][0], self.pipes[2][0]]
         self.saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
         options = {"breakpoints": self.breakpoints, "stop_at_pass_start": self.stop_at_pass_start,
                    "source": self.source}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "backstep.attach_ui", "--console", f"{read_ends[0]},"
-             f"{read_ends[1]}", "--options", json.dumps(options)],
+        env = {**os.environ, **self.listener.handoff()}  # the token goes through a pipe
+        self.process = process = subprocess.Popen(
+            [*UI_COMMAND, "--console", f"{read_ends[0]},{read_ends[1]}",
+             "--options", json.dumps(options)],
             stdin=0, stdout=self.saved_fds[1], stderr=self.saved_fds[2],
-            pass_fds=read_ends, env={**os.environ, **self.listener.environment()},
+            pass_fds=(*read_ends, *self.listener.pass_fds), env=env,
         )
-        self.channel = self.listener.accept(CONNECT_TIMEOUT)
+        self.listener.handed_off()
+        # a UI that dies at startup is noticed at once, not after CONNECT_TIMEOUT
+        self.channel = self.listener.accept(CONNECT_TIMEOUT,
+                                            give_up=lambda: process.poll() is not None)
         if self.channel is None:
-            raise RuntimeError("the debugger UI did not start")
-        start = self._wait_for_start(self.channel)
-        if start is None:
-            raise RuntimeError("the debugger UI closed before it started")
+            code = process.poll()
+            raise RuntimeError(f"the debugger UI did not connect in {CONNECT_TIMEOUT:g} s"
+                               if code is None else f"the debugger UI exited at startup "
+                               f"(code {launcher.exit_status(code)})")
         from backstep.engine.controller import Controller
-        from backstep.engine.debuggee import ChannelSink
+        from backstep.engine.debuggee import ChannelSink, _wait_for_start
         from backstep.engine.session import session_event
 
         sink = ChannelSink(self.channel)
+        self.controller = _wait_for_start(self.channel, lambda start: Controller(
+            sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
+        if self.controller is None:
+            raise RuntimeError("the debugger UI closed before it started")
         sink.emit(session_event(list(sys.argv)))
-        self.controller = Controller(sink.emit, start.get("breakpoints") or [],
-                                     start.get("stop_at_pass_start", True))
         self._arm(sink, self.controller, record=False)
         self._redirect()
         threading.Thread(target=self._serve, name="backstep-attach", daemon=True).start()
         atexit.register(self._at_exit)
-
-    @staticmethod
-    def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
-        from backstep.engine.debuggee import _wait_for_start
-
-        return _wait_for_start(channel)
 
     def _redirect(self) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -230,11 +231,13 @@ class _UIAttachment(_Attachment):
         back and fds 1 and 2 are restored, which ``stop`` does in that order."""
         channel = self.channel
         assert channel is not None
-        for message in channel.incoming():
-            if message.get("cmd") == "detach":
-                break
-            self.controller.feed(message)
-        self.stop()
+        try:  # feed() answers a bad command with an error; whatever ends this, stop() runs
+            for message in channel.incoming():
+                if message.get("cmd") == "detach":
+                    break
+                self.controller.feed(message)
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """Restore everything; safe from any thread, any number of times."""

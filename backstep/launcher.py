@@ -50,11 +50,12 @@ class Debuggee:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Listen, then start the child with the socket path and token in its environment."""
+        """Listen, then start the child with the socket path in its environment and the token
+        in an inherited pipe (``transport.Listener.handoff``)."""
         self.listener = transport.Listener()
         env = dict(os.environ)
         env.update(self.extra_env)
-        env.update(self.listener.environment())
+        env.update(self.listener.handoff())
         env.setdefault("PYTHONUNBUFFERED", "1")  # the console panel shows output as it happens
         try:
             self.process = subprocess.Popen(
@@ -66,11 +67,13 @@ class Debuggee:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=self.listener.pass_fds,
             )
         except OSError:
             self.listener.close()
             self.listener = None
             raise
+        self.listener.handed_off()
         assert self.process.stdout is not None and self.process.stderr is not None
         for name, pipe in (("stdout", self.process.stdout), ("stderr", self.process.stderr)):
             thread = threading.Thread(target=self._pump, args=(pipe.fileno(), name),
@@ -112,20 +115,19 @@ class Debuggee:
                 pass
 
     def accept(self, timeout: float = 60.0) -> transport.Channel | None:
-        """Wait for the child to connect; None if it died first or never came."""
+        """Wait for the child to connect; None if it died first, the debuggee was closed
+        meanwhile, or ``timeout`` seconds passed (in all: no handshake extends it)."""
         if self.listener is None or self.process is None:
             return None
-        deadline_step = 0.25
-        waited = 0.0
-        while waited < timeout:
-            channel = self.listener.accept(timeout=deadline_step)
-            if channel is not None:
-                self.channel = channel
-                return channel
-            if self.process.poll() is not None or self._closed:
-                return None
-            waited += deadline_step
-        return None
+        process = self.process
+        channel = self.listener.accept(
+            timeout, give_up=lambda: self._closed or process.poll() is not None)
+        with self._lock:
+            if channel is not None and self._closed:  # close() ran meanwhile: hang up
+                channel.close()
+                channel = None
+            self.channel = channel
+        return channel
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from typing import Any
 
 VERSION = 1
@@ -81,7 +82,16 @@ BREAKPOINT_FIELDS = {
 }
 
 # The longest line either side accepts; anything longer is answered with an error and dropped.
+# Events (a pass_begin lists every node of a graph) can be large; commands never are.
 MAX_LINE = 16 * 1024 * 1024
+MAX_COMMAND_LINE = 1024 * 1024
+
+# An error reply quotes at most this much of what it refuses (a 16 MB line must not echo back).
+MAX_ERROR_TEXT = 300
+
+# Integers in commands (request ids, pass and node ids, indices) stay within what every consumer
+# of the protocol can hold exactly; a number beyond that is refused, not overflowed later.
+MAX_INT = 2**53
 
 
 class ProtocolError(ValueError):
@@ -124,11 +134,48 @@ def _reject_constant(name: str) -> Any:
     raise ProtocolError(f"non-standard JSON constant {name}")
 
 
-def validate_command(message: dict[str, Any]) -> dict[str, Any]:
-    """Check a command's name and fields; return it, or raise ProtocolError."""
+_quoter = reprlib.Repr()  # keyword arguments arrive in Python 3.12
+_quoter.maxlevel, _quoter.maxdict, _quoter.maxlist, _quoter.maxstring = 3, 4, 4, 60
+_quoter.maxlong, _quoter.maxother = 40, 60
+
+
+def quote(value: Any) -> str:
+    """A short repr of any value for an error message: nested and huge values are abridged."""
+    try:
+        text = _quoter.repr(value)
+    except Exception:  # noqa: BLE001 - quoting must never be what fails
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def error_event(message: str, req: int | None = None) -> dict[str, Any]:
+    """An ``error`` event whose text is never longer than MAX_ERROR_TEXT characters."""
+    if len(message) > MAX_ERROR_TEXT:
+        message = message[: MAX_ERROR_TEXT - 3] + "..."
+    return {"event": "error", "message": message, "req": req}
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as an error reply's text: a ProtocolError says it all, others name their
+    type (the reply is cut to MAX_ERROR_TEXT by ``error_event``)."""
+    if isinstance(exc, ProtocolError):
+        return str(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT
+
+
+def validate_command(message: Any) -> dict[str, Any]:
+    """Check a command's name and fields; return it, or raise ProtocolError (never anything
+    else, whatever the message holds)."""
+    if not isinstance(message, dict):
+        raise ProtocolError("a command must be a JSON object")
     cmd = message.get("cmd")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
-        raise ProtocolError(f"unknown command {cmd!r}")
+        raise ProtocolError(f"unknown command {quote(cmd)}")
     if cmd in ("start", "break") and "breakpoints" in message:
         validate_breakpoints(message["breakpoints"])
     if cmd in ("start", "options") and "stop_at_pass_start" in message:
@@ -136,31 +183,38 @@ def validate_command(message: dict[str, Any]) -> dict[str, Any]:
             raise ProtocolError("stop_at_pass_start must be true or false")
     if cmd == "tensor":
         for key in ("req", "pass", "node", "index"):
-            if not isinstance(message.get(key), int) or isinstance(message.get(key), bool):
+            if not _is_int(message.get(key)):
                 raise ProtocolError(f"tensor: {key} must be an integer")
         if message.get("slot") not in ("grad_outputs", "grad_inputs"):
             raise ProtocolError("tensor: slot must be grad_outputs or grad_inputs")
         for key in ("offset", "limit"):
             value = message.get(key, 0)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not _is_int(value) or value < 0:
                 raise ProtocolError(f"tensor: {key} must be a non-negative integer")
     return message
 
 
 def validate_breakpoints(breakpoints: Any) -> list[dict[str, Any]]:
-    """Check a breakpoint list; return it, or raise ProtocolError."""
+    """Check a breakpoint list; return it, or raise ProtocolError (never anything else)."""
     if not isinstance(breakpoints, list):
         raise ProtocolError("breakpoints must be a list")
     for bp in breakpoints:
-        if not isinstance(bp, dict) or bp.get("kind") not in BREAKPOINT_FIELDS:
-            raise ProtocolError(f"bad breakpoint {bp!r}")
-        field = BREAKPOINT_FIELDS[bp["kind"]]
+        kind = bp.get("kind") if isinstance(bp, dict) else None
+        if not isinstance(kind, str) or kind not in BREAKPOINT_FIELDS:
+            raise ProtocolError(f"bad breakpoint {quote(bp)}")
+        field = BREAKPOINT_FIELDS[kind]
         if field == "above":
             value = bp.get("above")
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ProtocolError("a norm breakpoint needs a number 'above'")
+            try:
+                finite = math.isfinite(float(value))
+            except OverflowError:
+                finite = False
+            if not finite:
+                raise ProtocolError("a norm breakpoint needs a finite number 'above'")
         elif field is not None and not isinstance(bp.get(field), str):
-            raise ProtocolError(f"a {bp['kind']} breakpoint needs a string {field!r}")
+            raise ProtocolError(f"a {kind} breakpoint needs a string {field!r}")
     return breakpoints
 
 
@@ -178,15 +232,18 @@ def parse_breakpoint(spec: str) -> dict[str, Any]:
             return {"kind": "module", "pattern": spec}
         return {"kind": "node", "pattern": spec}
     if kind not in BREAKPOINT_FIELDS:
-        raise ProtocolError(f"unknown breakpoint kind {kind!r} in {spec!r}")
+        raise ProtocolError(f"unknown breakpoint kind {quote(kind)} in {quote(spec)}")
     field = BREAKPOINT_FIELDS[kind]
     if field is None:
         return {"kind": kind}
     if field == "above":
         try:
-            return {"kind": kind, "above": float(value)}
+            above = float(value)
         except ValueError:
-            raise ProtocolError(f"norm breakpoint needs a number, not {value!r}") from None
+            raise ProtocolError(f"norm breakpoint needs a number, not {quote(value)}") from None
+        if not math.isfinite(above):
+            raise ProtocolError(f"norm breakpoint needs a finite number, not {quote(value)}")
+        return {"kind": kind, "above": above}
     if not value:
-        raise ProtocolError(f"breakpoint {spec!r} needs a value after ':'")
+        raise ProtocolError(f"breakpoint {quote(spec)} needs a value after ':'")
     return {"kind": kind, field: value}

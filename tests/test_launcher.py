@@ -24,7 +24,7 @@ CONNECT = textwrap.dedent(
     """\
     import os, sys, time
     from backstep import transport
-    ch = transport.connect(os.environ["BACKSTEP_SOCKET"], os.environ["BACKSTEP_TOKEN"])
+    ch = transport.connect(*transport.address_from_environment())
     ch.send({"event": "session", "version": 1, "torch": None, "argv": sys.argv[1:], "pid": os.getpid()})
     """
 )

@@ -106,18 +106,21 @@ class Controller:
 
     # -- commands from the other thread -------------------------------------------------
     def feed(self, message: dict[str, Any]) -> None:
-        """Take one command from the UI connection; never raises."""
+        """Take one command from the UI connection; never raises: whatever goes wrong with a
+        command is an ``error`` reply, so the reader that calls this never dies."""
         try:
-            protocol.validate_command(message)
-        except protocol.ProtocolError as exc:
-            self.emit({"event": "error", "message": str(exc), "req": _req(message)})
-            return
+            self._handle(message)
+        except Exception as exc:  # noqa: BLE001 - one bad command must not end the session
+            try:
+                self.emit(protocol.error_event(protocol.describe(exc), _req(message)))
+            except Exception:  # noqa: BLE001, S110 - the UI is gone; nothing left to tell
+                pass
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        protocol.validate_command(message)
         cmd = message["cmd"]
         if cmd == "break":
-            try:
-                self.breakpoints = Breakpoints.from_list(message.get("breakpoints", []))
-            except protocol.ProtocolError as exc:
-                self.emit({"event": "error", "message": str(exc), "req": None})
+            self.breakpoints = Breakpoints.from_list(message.get("breakpoints", []))
         elif cmd == "options":
             self.stop_at_pass_start = bool(message.get("stop_at_pass_start", True))
         elif cmd == "interrupt":
@@ -125,11 +128,9 @@ class Controller:
         elif cmd == "detach":
             self.close()
         elif cmd == "start":
-            self.emit({"event": "error", "message": "already started", "req": None})
+            self.emit(protocol.error_event("already started"))
         elif self.paused is None:
-            self.emit(
-                {"event": "error", "message": f"'{cmd}' needs a stopped pass", "req": _req(message)}
-            )
+            self.emit(protocol.error_event(f"'{cmd}' needs a stopped pass", _req(message)))
         else:
             self._commands.put(message)
 
@@ -168,15 +169,16 @@ class Controller:
     def _tensor(self, message: dict[str, Any]) -> dict[str, Any]:
         req = message["req"]
         if self.tensor_lookup is None:
-            return {"event": "error", "req": req, "message": "tensor values are not available"}
+            return protocol.error_event("tensor values are not available", req)
         try:
             return {"event": "tensor", "req": req, **self.tensor_lookup(message)}
         except LookupError as exc:
-            return {"event": "error", "req": req, "message": str(exc.args[0] if exc.args else exc)}
+            return protocol.error_event(str(exc.args[0] if exc.args else exc), req)
         except Exception as exc:  # noqa: BLE001 - a bad request must not end the pause
-            return {"event": "error", "req": req, "message": f"{type(exc).__name__}: {exc}"}
+            return protocol.error_event(f"{type(exc).__name__}: {exc}", req)
 
 
 def _req(message: Any) -> int | None:
     req = message.get("req") if isinstance(message, dict) else None
-    return req if isinstance(req, int) and not isinstance(req, bool) else None
+    return req if isinstance(req, int) and not isinstance(req, bool) and \
+        abs(req) <= protocol.MAX_INT else None

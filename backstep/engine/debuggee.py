@@ -1,7 +1,8 @@
 """The child process of ``backstep run``: runs the script under the engine and serves the UI.
 
 Started as ``python -m backstep.engine.debuggee [--no-source] -- script.py args...`` with
-BACKSTEP_SOCKET and BACKSTEP_TOKEN set. It connects, announces the session, waits for ``start``,
+BACKSTEP_SOCKET and BACKSTEP_TOKEN_FD set (the token comes through that inherited fd, never the
+environment; see ``transport``). It connects, announces the session, waits for ``start``,
 runs the script like python, and answers commands while paused. If the UI goes away, it stops
 pausing and lets the script run to its end.
 """
@@ -9,12 +10,14 @@ pausing and lets the script run to its end.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from backstep import protocol, transport
+
+T = TypeVar("T")
 
 
 class ChannelSink:
@@ -30,24 +33,29 @@ class ChannelSink:
         pass
 
 
-def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
-    """The UI's ``start`` command (None if it left first); anything else gets an error."""
+def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]], T]) -> T | None:
+    """What ``make`` builds from the UI's ``start`` command (None if the UI left first).
+    Anything else, or a ``start`` whose content ``make`` refuses for any reason, gets an error
+    reply and the wait goes on: no message can crash the debuggee before the script runs."""
     for message in channel.incoming():
         try:
             protocol.validate_command(message)
-        except protocol.ProtocolError as exc:
-            channel.send({"event": "error", "message": str(exc), "req": None})
-            continue
-        if message["cmd"] == "start":
-            return message
-        channel.send({"event": "error", "message": "waiting for 'start'", "req": None})
+            if message["cmd"] != "start":
+                raise protocol.ProtocolError("waiting for 'start'")
+            return make(message)
+        except Exception as exc:  # noqa: BLE001 - one bad command must not end the session
+            channel.send(protocol.error_event(protocol.describe(exc)))
     return None
 
 
 def _read_commands(channel: transport.Channel, controller: Any) -> None:
-    for message in channel.incoming():
-        controller.feed(message)
-    controller.close()
+    """Feed commands to the controller (which answers a bad one with an error, never raising);
+    however this ends, the controller closes, so no pause outlives its UI."""
+    try:
+        for message in channel.incoming():
+            controller.feed(message)
+    finally:
+        controller.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,14 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    path, token = os.environ.get(transport.ENV_SOCKET), os.environ.get(transport.ENV_TOKEN)
-    if not path or not token:
-        print("backstep: the debuggee needs BACKSTEP_SOCKET and BACKSTEP_TOKEN", file=sys.stderr)
-        return 2
-    for name in (transport.ENV_SOCKET, transport.ENV_TOKEN):
-        os.environ.pop(name, None)  # the script and its children never see them
-    try:
-        channel = transport.connect(path, token)
+    try:  # the variables leave os.environ: the script and its children never see them
+        address = transport.address_from_environment()
+        if address is None:
+            print(f"backstep: the debuggee needs {transport.ENV_SOCKET} and "
+                  f"{transport.ENV_TOKEN_FD} from the UI", file=sys.stderr)
+            return 2
+        channel = transport.connect(*address, max_line=protocol.MAX_COMMAND_LINE)
     except OSError as exc:
         print(f"backstep: cannot reach the UI: {exc}", file=sys.stderr)
         return 2
@@ -78,15 +85,14 @@ def main(argv: list[str] | None = None) -> int:
 
     sink = ChannelSink(channel)
     sink.emit(session_event([args.script, *args.args]))
-    start = _wait_for_start(channel)
-    if start is None:
+    controller = _wait_for_start(channel, lambda start: Controller(
+        sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
+    if controller is None:
         return 1
     missing = refuse_missing(args.script, "backstep run", sink)
     if missing is not None:
         channel.close()
         return missing
-    controller = Controller(sink.emit, start.get("breakpoints") or [],
-                            start.get("stop_at_pass_start", True))
     reader = threading.Thread(target=_read_commands, args=(channel, controller),
                               name="backstep-commands", daemon=True)
     reader.start()
