@@ -9,6 +9,7 @@ ends and no later pass stops: a debugger that lost its UI must never hang the sc
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -77,8 +78,33 @@ class Breakpoints:
         return None
 
 
+@dataclass
+class Stop:
+    """One paused thread: the node it waits before (or after) and its own command queue."""
+
+    number: int  # unique for the session: commands name it, so a late one can't resume another
+    pass_: int
+    event: dict[str, Any]
+    on: Any
+    commands: queue.SimpleQueue[dict[str, Any]] = field(default_factory=queue.SimpleQueue)
+
+    def brief(self) -> dict[str, Any]:
+        """What the ``waiting`` event says about a stop in line."""
+        ev = self.event
+        return {"stop": self.number, "pass": self.pass_, "step": ev.get("step"),
+                "id": ev.get("id"), "name": ev.get("name"), "thread": ev.get("thread"),
+                "device": ev.get("device")}
+
+
 class Controller:
-    """Decides stops and serves commands while a backward hook is paused."""
+    """Decides stops and serves commands while backward hooks are paused.
+
+    Several passes can stop at once (threads, CUDA device threads). Each paused thread waits on
+    its own queue; the stops form a line, and only its head, the shown stop, takes commands.
+    When the shown stop resumes, the one that has waited longest is shown (a ``stopped`` event),
+    and every change to the line is announced with a ``waiting`` event. A stop holds only its
+    own thread: other passes run on until their next stop and wait there in line.
+    """
 
     def __init__(
         self,
@@ -91,10 +117,24 @@ class Controller:
         self.stop_at_pass_start = stop_at_pass_start
         self.interrupt = False
         self.detached = False
-        self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._stop_lock = threading.Lock()
-        self.paused: Any = None  # the pass paused right now, if any
+        # guards the line; events about it are emitted under it, and an emit may feed a command
+        # back on the same thread (tests answer stops that way), hence reentrant
+        self._lock = threading.RLock()
+        self._line: list[Stop] = []  # paused threads, shown stop first
+        self._numbers = itertools.count(1)
+        self._behind: list[int] = []  # stop numbers the last ``waiting`` event listed
         self.tensor_lookup: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    @property
+    def paused(self) -> Any:
+        """The pass of the shown stop, if any."""
+        line = self._line
+        return line[0].on if line else None
+
+    def waiting(self) -> list[Stop]:
+        """The stops in line behind the shown one."""
+        with self._lock:
+            return self._line[1:]
 
     # -- what a pass needs --------------------------------------------------------------
     def live(self) -> bool:
@@ -126,44 +166,72 @@ class Controller:
             self.close()
         elif cmd == "start":
             self.emit({"event": "error", "message": "already started", "req": None})
-        elif self.paused is None:
-            self.emit(
-                {"event": "error", "message": f"'{cmd}' needs a stopped pass", "req": _req(message)}
-            )
         else:
-            self._commands.put(message)
+            self._to_stop(message)
+
+    def _to_stop(self, message: dict[str, Any]) -> None:
+        """Hand a command to the shown stop; a resuming one takes it out of the line."""
+        cmd = message["cmd"]
+        with self._lock:
+            stop = self._line[0] if self._line else None
+            wanted = message.get("stop")
+            if stop is None or (wanted is not None and wanted != stop.number):
+                late = f"stop {wanted} is no longer paused" if wanted is not None else None
+                self.emit({"event": "error", "req": _req(message),
+                           "message": late or f"'{cmd}' needs a stopped pass"})
+                return
+            if cmd != "tensor":
+                self._line.pop(0)
+                if self._line:
+                    self.emit(self._line[0].event)
+                self._announce_line()
+            stop.commands.put(message)
+
+    def _announce_line(self) -> None:
+        """A ``waiting`` event when the stops behind the shown one changed (never with a single
+        pass, which has no one in line)."""
+        behind = [s.number for s in self._line[1:]]
+        if behind != self._behind:
+            self._behind = behind
+            self.emit({"event": "waiting", "stops": [s.brief() for s in self._line[1:]]})
 
     def close(self) -> None:
-        """The UI is gone (or detached): release any pause and never stop again."""
-        self.detached = True
-        self._commands.put(_CLOSED)
+        """The UI is gone (or detached): release every pause and never stop again."""
+        with self._lock:
+            self.detached = True
+            line, self._line = self._line, []
+        for stop in line:
+            stop.commands.put(_CLOSED)
 
     # -- a pause, on the thread running the node ------------------------------------------
     def pause(self, stopped: dict[str, Any], on: Any) -> str:
-        """Emit ``stopped`` and block until a resuming command; returns it.
+        """Emit ``stopped`` (or queue it behind the shown stop) and block this thread until a
+        command resumes it; returns that command.
 
         Returns "step", "continue", "finish" or "detach"; raises BackstepAbort for "abort".
+        Only this thread waits: other passes keep running, and stop in line behind this one.
         """
-        with self._stop_lock:
+        with self._lock:
             if self.detached:
                 return "detach"
             self.interrupt = False
-            self.paused = on
-            try:
+            stop = Stop(next(self._numbers), stopped.get("pass", 0), stopped, on)
+            stopped["stop"] = stop.number
+            self._line.append(stop)
+            if len(self._line) == 1:
                 self.emit(stopped)
-                while True:
-                    message = self._commands.get()
-                    cmd = message["cmd"]
-                    if cmd == "__closed__":
-                        return "detach"
-                    if cmd == "tensor":
-                        self.emit(self._tensor(message))
-                        continue
-                    if cmd == "abort":
-                        raise BackstepAbort("backward pass aborted from the backstep debugger")
-                    return cmd
-            finally:
-                self.paused = None
+            self._announce_line()
+        while True:
+            message = stop.commands.get()
+            cmd = message["cmd"]
+            if cmd == "__closed__":
+                return "detach"
+            if cmd == "tensor":
+                self.emit(self._tensor(message))
+                continue
+            if cmd == "abort":
+                raise BackstepAbort("backward pass aborted from the backstep debugger")
+            return cmd
 
     def _tensor(self, message: dict[str, Any]) -> dict[str, Any]:
         req = message["req"]
