@@ -48,6 +48,13 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if stop.detail:
             text.append(f" ({stop.detail})", style="yellow")
         text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        if stop.thread is not None:
+            where = f" on {stop.thread}" + (f" ({stop.device})" if stop.device else "")
+            text.append(where, style="dim")
+        count = len(snapshot.waiting)
+        if count:
+            text.append(f"  {count} pass{'es' if count != 1 else ''} waiting",
+                        style="bold magenta")
     elif view is not None and view.ended:
         text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
         if view.error:
@@ -68,6 +75,17 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         text.append(f" {key}", style="bold cyan")
         text.append(f" {what}", style="dim")
     return text
+
+
+def live_passes(snapshot: Snapshot) -> str:
+    """The passes running at once, for the graph panel's lower border ("" for just one)."""
+    live = snapshot.live
+    if len(live) < 2 and not snapshot.waiting:
+        return ""
+    parts = []
+    for p in live:
+        parts.append(f"#{p.number} {p.state}" + (f" ({p.thread})" if p.thread else ""))
+    return "passes: " + " · ".join(parts)
 
 
 class StatusLine(Static):
