@@ -8,6 +8,7 @@ from typing import Any
 from backstep.tui.app import BackstepApp
 from backstep.tui.graph import GraphPanel
 from backstep.tui.model import SessionModel
+from backstep.tui.status import live_passes
 from tests.test_tui import SIZE, line_with, pilot, screen_text
 from tests.tui_fixtures import ADD, POW, STEPS, pass_begin, summary
 
@@ -86,21 +87,21 @@ async def test_two_live_passes_listed_and_stepped_in_turn() -> None:
         graph = app.query_one(GraphPanel)
         status = line_with(screen_text(app), "pass 1", "backward")
         assert "before PowBackward0 #1 on worker-1 (cpu)" in status
-        assert "1 pass waiting" in status
+        assert "1 pass waiting (#2 on worker-2)" in status
         assert str(graph.border_title).startswith("Graph · pass 1")
-        assert str(graph.border_subtitle) == \
-            "passes: #1 stopped (worker-1) · #2 waiting (worker-2)"
-        assert "passes: #1 stopped (worker-1)" in screen_text(app)
+        assert str(graph.border_subtitle) == "#1 stopped · #2 waiting"  # threads don't fit
+        assert "#1 stopped · #2 waiting" in screen_text(app)
 
         await pilot.press("n")
         await pilot.pause()
         assert link.sent == [{"cmd": "step", "stop": 1}]
         status = line_with(screen_text(app), "pass 2", "backward")
         assert "start of pass before PowBackward0 #1 on worker-2 (cpu)" in status
-        assert "1 pass waiting" in status
+        assert "1 pass waiting (#1 on worker-1)" in status
         assert str(graph.border_title).startswith("Graph · pass 2")
-        assert str(graph.border_subtitle) == \
-            "passes: #1 waiting (worker-1) · #2 stopped (worker-2)"
+        assert str(graph.border_subtitle) == "#1 waiting · #2 stopped"
+        snap = app.snapshot
+        assert live_passes(snap) == "#1 waiting (worker-1) · #2 stopped (worker-2)"
 
         await pilot.press("c")
         await pilot.pause()

@@ -50,7 +50,7 @@ class GraphPanel(Tree[Row]):
 
     def show(self, snapshot: Snapshot) -> None:
         """Bring the tree up to date with a snapshot (rebuilds only when the pass changes)."""
-        self.border_subtitle = live_passes(snapshot)
+        self.border_subtitle = live_passes(snapshot, self.size.width)
         view = snapshot.pass_
         if view is None:
             return

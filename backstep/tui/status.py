@@ -55,6 +55,9 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if count:
             text.append(f"  {count} pass{'es' if count != 1 else ''} waiting",
                         style="bold magenta")
+            where = ", ".join(f"#{w.pass_}" + (f" on {w.thread}" if w.thread else "")
+                              for w in snapshot.waiting[:2])
+            text.append(f" ({where}{', …' if count > 2 else ''})", style="magenta")
     elif view is not None and view.ended:
         text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
         if view.error:
@@ -77,15 +80,17 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     return text
 
 
-def live_passes(snapshot: Snapshot) -> str:
-    """The passes running at once, for the graph panel's lower border ("" for just one)."""
+def live_passes(snapshot: Snapshot, width: int = 0) -> str:
+    """The passes running at once, for the graph panel's lower border ("" for just one);
+    without their threads when that does not fit in ``width`` columns."""
     live = snapshot.live
     if len(live) < 2 and not snapshot.waiting:
         return ""
-    parts = []
-    for p in live:
-        parts.append(f"#{p.number} {p.state}" + (f" ({p.thread})" if p.thread else ""))
-    return "passes: " + " · ".join(parts)
+    full = " · ".join(f"#{p.number} {p.state}" + (f" ({p.thread})" if p.thread else "")
+                      for p in live)
+    if not width or len(full) + 6 <= width:
+        return full
+    return " · ".join(f"#{p.number} {p.state}" for p in live)
 
 
 class StatusLine(Static):
