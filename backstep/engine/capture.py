@@ -510,11 +510,16 @@ class Capture:
         }
         if self.sink is not None:
             self.sink.flush()
-        p.lock.release()  # held by the hook: the pass's other threads run on meanwhile
+        try:
+            p.lock.release()  # held by the hook: the pass's other threads run on meanwhile
+            held = True
+        except RuntimeError:  # not called from a hook
+            held = False
         try:
             command = controller.pause(event, p)
         finally:
-            p.lock.acquire()
+            if held:
+                p.lock.acquire()
         if not p.active:
             return  # the pass ended while this thread waited (another thread's node raised)
         if command == "step":

@@ -2,7 +2,9 @@
 
 A stop blocks the thread that runs the node (the caller's thread on CPU, a device thread on CUDA)
 inside a backward hook until a command arrives. Commands come from another thread (the UI
-connection's reader) through ``feed``. If the command source goes away (``close``), every pause
+connection's reader) through ``feed``. Several threads can be paused at once (passes on several
+threads, one pass's nodes on the caller's and the device threads): they wait in line, and only
+the first is shown and takes commands. If the command source goes away (``close``), every pause
 ends and no later pass stops: a debugger that lost its UI must never hang the script.
 """
 
