@@ -178,6 +178,9 @@ def test_a_second_pass_waits_in_line_and_is_shown_when_the_first_resumes() -> No
         (behind,) = line["stops"]
         assert behind["thread"] != first["thread"] and behind["stop"] != first["stop"]
         assert driver.stops.empty()  # only one stop is shown at a time
+        driver.controller.feed({"cmd": "step", "stop": behind["stop"]})  # not shown yet
+        assert "waiting in line" in driver.of("error")[-1]["message"]
+        assert driver.stops.empty() and driver.controller.waiting()
         driver.controller.feed({"cmd": "continue", "stop": first["stop"]})
         second = driver.stops.get(timeout=TIMEOUT)
         assert second["stop"] == behind["stop"] and second["pass"] == behind["pass"]

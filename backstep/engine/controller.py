@@ -178,9 +178,13 @@ class Controller:
             stop = self._line[0] if self._line else None
             wanted = message.get("stop")
             if stop is None or (wanted is not None and wanted != stop.number):
-                late = f"stop {wanted} is no longer paused" if wanted is not None else None
-                self.emit({"event": "error", "req": _req(message),
-                           "message": late or f"'{cmd}' needs a stopped pass"})
+                if wanted is None:
+                    why = f"'{cmd}' needs a stopped pass"
+                elif any(s.number == wanted for s in self._line):
+                    why = f"stop {wanted} is waiting in line: only the shown stop takes commands"
+                else:
+                    why = f"stop {wanted} is no longer paused"
+                self.emit({"event": "error", "req": _req(message), "message": why})
                 return
             if cmd != "tensor":
                 self._line.pop(0)
