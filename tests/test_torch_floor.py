@@ -16,7 +16,7 @@ import torch
 from backstep import cli
 from backstep.engine import torch_api
 
-FLOOR_LINE = "backstep needs torch >= 2.3; found 2.2.2"
+FLOOR_LINE = f"backstep needs torch >= {torch_api.FLOOR_TEXT}; found 2.2.2"
 
 
 def test_this_torch_has_every_private_name_backstep_needs() -> None:
@@ -25,15 +25,19 @@ def test_this_torch_has_every_private_name_backstep_needs() -> None:
     assert torch_api.check_imported() is None
 
 
+MAJOR, MINOR = torch_api.FLOOR
+
+
 @pytest.mark.parametrize("version, ok", [
-    ("2.2.2", False), ("1.13.1", False), ("2.3.0", True), ("2.3.0a0+git1234", True),
-    ("2.13.0+cpu", True), ("3.0.0", True), ("nightly", True),
+    ("2.2.2", False), ("1.13.1", False), (f"{MAJOR}.{MINOR - 1}.9", False),
+    (f"{MAJOR}.{MINOR}.0", True), (f"{MAJOR}.{MINOR}.0a0+git1234", True),
+    (f"{MAJOR}.{MINOR + 1}.0+cpu", True), (f"{MAJOR + 1}.0.0", True), ("nightly", True),
 ])
 def test_the_floor(version: str, ok: bool) -> None:
     problem = torch_api.version_problem(version)
     assert (problem is None) == ok
     if not ok:
-        assert problem == f"backstep needs torch >= 2.3; found {version}"
+        assert problem == f"backstep needs torch >= {torch_api.FLOOR_TEXT}; found {version}"
 
 
 def test_a_missing_name_is_named() -> None:
@@ -139,7 +143,8 @@ def test_trace_refuses_a_torch_that_lost_a_name(tmp_path: Path, monkeypatch: pyt
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
     assert err == (f"backstep needs torch.autograd._renamed_in_a_later_torch, which torch "
-                   f"{torch_api.installed_version()} lacks (backstep supports torch >= 2.3)\n")
+                   f"{torch_api.installed_version()} lacks (backstep supports torch >= "
+                   f"{torch_api.FLOOR_TEXT})\n")
     assert not (tmp_path / "ran").exists() and not (tmp_path / "out.jsonl").exists()
 
 

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-FLOOR = (2, 3)
-FLOOR_TEXT = "2.3"
+FLOOR = (2, 10)
+FLOOR_TEXT = "2.10"
 
 # Private names the engine needs, dotted from ``torch``, and where and why it uses each. Node
 # internals are checked on a representative generated node class (MulBackward0 saves ``self``
@@ -34,6 +34,9 @@ REQUIRED: dict[str, str] = {
         "capture: the one call every backward() and autograd.grad() goes through",
     "torch.nn.Module._call_impl":
         "provenance_calls: module calls, for the module path of each node",
+    "torch.autograd.function.Function.apply.__func__":
+        "provenance_tagging: Function.apply, a Python classmethod it wraps to tag the nodes of "
+        "custom Functions (torch 2.14 made it a C classmethod, which turns provenance off)",
     "torch._C._autograd._get_sequence_nr":
         "provenance_tagging, provenance_modules: which nodes a forward call created",
     "torch._C._len_torch_function_stack":
@@ -48,6 +51,8 @@ REQUIRED: dict[str, str] = {
     "torch._C._functions.MulBackward0._raw_saved_self":
         "saved, provenance_tagging, provenance_inplace: Node._raw_saved_<name>, their status "
         "read without unpacking",
+    "torch._C._autograd.SavedTensor.data":
+        "saved, provenance_tagging: a saved tensor's data, None once freed (torch 2.9 lacks it)",
     "torch.Tensor._version":
         "saved, provenance_*: the in-place version counter, for 'modified in place'",
     "torch._foreach_norm": "summary: the norms of a batch of gradients in one kernel",
@@ -55,7 +60,6 @@ REQUIRED: dict[str, str] = {
 
 # Used when present, with a fallback when not: never a reason to refuse a torch.
 OPTIONAL: dict[str, str] = {
-    "torch._C._autograd.SavedTensor": "saved: saved tensors packed by saved_tensors_hooks",
     "torch.compiler._is_compiling_flag": "provenance_calls, provenance_tagging: fast path",
     "torch.compiler.is_dynamo_compiling": "provenance_calls, provenance_tagging: fast path",
 }
