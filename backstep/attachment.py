@@ -25,9 +25,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from backstep import launcher, protocol, transport
+from backstep.engine.torch_api import check_imported
 
 _lock = threading.RLock()
 _current: _Attachment | None = None
+_torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
 UI_COMMAND = [sys.executable, "-m", "backstep.attach_ui"]  # then --console R1,R2 --options JSON
 
@@ -44,7 +46,7 @@ def attach(
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
-    global _current
+    global _current, _torch_warned
     with _lock:
         if _current is not None and _current.active:
             return
@@ -59,6 +61,13 @@ def attach(
             return
         else:
             _current = _UIAttachment(parsed, stop_at_pass_start, source)
+        problem = check_imported()  # before anything is armed: the script runs untouched
+        if problem is not None:
+            _current = None
+            if not _torch_warned:
+                _torch_warned = True
+                print(f"{problem} (the script continues without backstep)", file=sys.stderr)
+            return
         try:
             _current.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the script

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backstep.commands import add_script_arguments
+from backstep.commands import add_script_arguments, torch_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = torch_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
     except OSError as exc:

@@ -107,8 +107,15 @@ class Session:
         self._real_exit: Callable[[int], Any] | None = None
 
     def arm(self) -> None:
-        """Install capture and provenance (torch is imported by now)."""
+        """Install capture and provenance (torch is imported by now). A torch that lacks what
+        backstep needs is named in one line and left alone, never an error in ``import torch``."""
         if self.capture is not None:
+            return
+        from backstep.engine.torch_api import check_imported
+
+        problem = check_imported()
+        if problem is not None:
+            print(f"{problem} (the script runs without backstep)", file=sys.stderr)
             return
         from backstep.engine.capture import Capture
 
