@@ -91,12 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                               name="backstep-commands", daemon=True)
     reader.start()
 
-    def on_exit(code: int, traceback: str | None) -> None:
-        sink.emit({"event": "exit", "code": code, "traceback": traceback})
-
-    with Session(sink, controller, record=False, source=not args.no_source):
-        code = run_script(args.script, args.args, on_exit=on_exit)
-    channel.close()
+    session = Session(sink, controller, record=False, source=not args.no_source,
+                      on_fork=lambda: channel.abandon())  # a fork never speaks to the UI
+    with session:
+        code = run_script(args.script, args.args, on_exit=session.exit)
+    channel.close()  # a no-op in a fork: the parent's connection stays up
     return code
 
 
