@@ -92,10 +92,14 @@ class _Attachment:
         self.capture: Any = None
         self.provenance: Any = None
         self.diagnostician: Any = None
+        self._unfork: Any = None
 
     def _arm(self, sink: Any, controller: Any, record: bool) -> None:
+        from backstep.engine import forks
         from backstep.engine.capture import Capture
         from backstep.engine.diagnostics import Diagnostician
+
+        self._unfork = forks.on_fork_child(self._after_fork)
 
         self.diagnostician = Diagnostician(sink)
         self.diagnostician.install()
@@ -109,8 +113,27 @@ class _Attachment:
             self.capture.annotate = annotate
         self.active = True
 
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker...): disarm without a word to the UI or the
+        trace, forget the parent's UI and files, and let a later attach() start afresh."""
+        global _current, _lock
+        _lock = threading.RLock()  # a parent thread may have held it at fork time
+        _current = None
+        self._unfork = None
+        if self.capture is not None:
+            self.capture.sink = self.capture.controller = None
+            self.capture._released_queue = []
+        self._disarm()
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Let go of what the parent owns, without flushing, shutting down or locking."""
+
     def _disarm(self) -> None:
         self.active = False
+        if self._unfork is not None:
+            self._unfork()
+            self._unfork = None
         if self.provenance is not None:
             self.provenance.uninstall()
             self.provenance = None
@@ -146,6 +169,12 @@ class _TraceAttachment(_Attachment):
         self.recorder.emit(session_event(list(sys.argv)))
         self._arm(self.recorder, None, record=True)
         atexit.register(self.stop)
+
+    def _abandon(self) -> None:
+        atexit.unregister(self.stop)
+        if self.recorder is not None:
+            self.recorder.abandon()
+        self.stream = None
 
     def stop(self) -> None:
         if self.stream is None:
@@ -254,6 +283,26 @@ class _UIAttachment(_Attachment):
             if self.listener is not None:
                 self.listener.close()
                 self.listener = None
+
+    def _abandon(self) -> None:
+        """The fork's fds 1 and 2 stay on the console pipe, as its parent's are: its output
+        shows in the UI while that is up."""
+        atexit.unregister(self._at_exit)
+        self.process = None  # not this process's child
+        self.controller = None
+        if self.channel is not None:
+            self.channel.abandon()
+            self.channel = None
+        if self.listener is not None:  # the socket only: the directory is the parent's
+            with contextlib.suppress(OSError):
+                self.listener.server.close()
+            self.listener = None
+        for fd in [*self.saved_fds.values(), *(read for read, _ in self.pipes.values())]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.saved_fds = {}
+        self.pipes = {}
+        self.terminal = None
 
     def _end_ui(self) -> None:
         """Wait for the UI to leave (end it if the script detaches on its own), then put the

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -167,10 +168,28 @@ class Debuggee:
             if code is None:
                 self._signal(signal.SIGKILL)
                 code = self.wait(5.0)
+        if self.process is not None:
+            self._end_group(kill_after)
         self.wait_output(0.5)
         if self.listener is not None:
             self.listener.close()
         return code
+
+    def _end_group(self, kill_after: float) -> None:
+        """What the script forked or spawned in its session (a DataLoader worker, a bare fork)
+        ends with it, even once the debuggee itself is gone: SIGTERM, then SIGKILL."""
+        assert self.process is not None
+        group = self.process.pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.monotonic() + kill_after
+            while time.monotonic() < deadline:
+                if not _group_alive(group):
+                    return
+                time.sleep(0.02)
 
     def _signal(self, sig: int) -> None:
         assert self.process is not None
@@ -188,6 +207,29 @@ class Debuggee:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (zombies waiting for their reaper don't)."""
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _utf8_length(first: int) -> int:

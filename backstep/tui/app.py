@@ -201,7 +201,8 @@ class BackstepApp(App[int]):
             else:
                 self.gone = f"the debuggee ended without reporting (exit status {code})"
             self.query_one(ConsolePanel).note(self.gone)
-            self.exit_code = code if code is not None and code >= 0 else 1
+            # as a shell reports it: 128 + signal for a killed script
+            self.exit_code = 1 if code is None else code if code >= 0 else 128 - code
         self._refresh_status()
 
     @on(GraphPanel.NodeChosen)

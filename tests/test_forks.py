@@ -1,0 +1,193 @@
+"""Forked and spawned children of a debugged script (DataLoader workers, multiprocessing, a bare
+``os.fork()``) run as they would without backstep: they never announce the script's exit, never
+pause, never touch the parent's channel or trace, and compute the same gradients."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_run_e2e import Pty, alive
+from tests.test_trace_cli import ENV, compare, kinds
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
+
+LOADER = textwrap.dedent(
+    """\
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def main() -> None:
+        data = TensorDataset(torch.arange(12.0).reshape(6, 2), torch.arange(6.0))
+        loader = DataLoader(data, batch_size=2, num_workers=2,
+                            multiprocessing_context=sys.argv[1])
+        w = torch.ones(2, requires_grad=True)
+        for epoch in range(2):
+            for x, y in loader:
+                loss = ((x @ w - y) ** 2).mean()
+                loss.backward()
+                print(f"epoch {epoch} loss {loss.item():.4f} grad {w.grad.tolist()}", flush=True)
+        print("done", w.grad.tolist())
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+# children that run a backward of their own: the fork's gradients are printed and compared
+FORKS = textwrap.dedent(
+    """\
+    import multiprocessing, os, sys
+    import torch
+
+
+    def grad(k):
+        x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        (x.sin() * k).sum().backward()
+        return x.grad.tolist()
+
+
+    if __name__ == "__main__":
+        print("parent", grad(1.0), flush=True)
+        if sys.argv[1] == "pool":
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                print("pool", pool.map(grad, [2.0, 3.0]), flush=True)
+        else:
+            pid = os.fork()
+            if pid == 0:
+                print("child", grad(5.0), flush=True)
+                sys.exit(0)  # a normal end: atexit, flushes, the trace file's finalizer
+            os.waitpid(pid, 0)
+        print("parent again", grad(7.0), flush=True)
+    """
+)
+
+
+def loader_script(tmp_path: Path) -> str:
+    (tmp_path / "loader.py").write_text(LOADER)
+    return "loader.py"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_trace_of_a_dataloader_loop_has_one_exit_and_plain_output(tmp_path: Path,
+                                                                   method: str) -> None:
+    result, events = compare(tmp_path, loader_script(tmp_path), method)
+    assert result.returncode == 0 and result.stdout.count("epoch") == 6
+    assert kinds(events).count("exit") == 1 and events[-1]["event"] == "exit"
+    assert [e["pass"] for e in events if e["event"] == "pass_begin"] == [1, 2, 3, 4, 5, 6]
+    assert not list(tmp_path.glob("run.*.jsonl")), "children recorded without --children"
+
+
+@pytest.mark.parametrize("kind", ["pool", "fork"])
+def test_children_that_run_backward_compute_as_without_backstep(tmp_path: Path,
+                                                                 kind: str) -> None:
+    (tmp_path / "forks.py").write_text(FORKS)
+    result, events = compare(tmp_path, "forks.py", kind)  # stdout identical, gradients included
+    assert "parent again" in result.stdout
+    assert kinds(events).count("exit") == 1
+    assert [e["pass"] for e in events if e["event"] == "pass_begin"] == [1, 2]
+
+
+def test_trace_children_records_each_fork_to_its_own_file(tmp_path: Path) -> None:
+    (tmp_path / "forks.py").write_text(FORKS)
+    out = tmp_path / "run.jsonl"
+    subprocess.run([sys.executable, "-m", "backstep", "trace", "--children", "-o", str(out),
+                    "forks.py", "fork"], cwd=tmp_path, env=ENV, check=True, timeout=120,
+                   capture_output=True)
+    main = [json.loads(line) for line in out.read_text().splitlines()]
+    assert kinds(main).count("exit") == 1
+    children = list(tmp_path.glob("run.*.jsonl"))
+    assert len(children) == 1
+    pid = int(children[0].name.split(".")[1])
+    events = [json.loads(line) for line in children[0].read_text().splitlines()]
+    assert events[0]["event"] == "session" and events[0]["pid"] == pid
+    assert events[0]["parent"] == main[0]["pid"]
+    assert kinds(events) == ["session", "pass_begin", *["node"] * 4, "accumulate", "pass_end",
+                             "exit"]
+    assert events[1]["pass"] == 1 and events[-1]["code"] == 0
+
+
+def test_trace_children_with_dataloader_workers(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    subprocess.run([sys.executable, "-m", "backstep", "trace", "--children", "-o", str(out),
+                    loader_script(tmp_path), "fork"], cwd=tmp_path, env=ENV, check=True,
+                   timeout=120, capture_output=True)
+    children = sorted(tmp_path.glob("run.*.jsonl"))
+    assert len(children) == 4  # two workers per epoch
+    for child in children:
+        events = [json.loads(line) for line in child.read_text().splitlines()]
+        assert kinds(events) == ["session", "exit"]
+
+
+ATTACHED = textwrap.dedent(
+    """\
+    import sys
+    import backstep
+    backstep.attach()
+    sys.argv[1:] = ["fork"]
+    """
+)
+
+
+def test_attach_trace_with_dataloader_workers(tmp_path: Path) -> None:
+    (tmp_path / "attached.py").write_text(ATTACHED + LOADER)
+    out = tmp_path / "attached.jsonl"
+    plain = subprocess.run([sys.executable, loader_script(tmp_path), "fork"], cwd=tmp_path,
+                           env=ENV, capture_output=True, text=True, timeout=120)
+    traced = subprocess.run([sys.executable, "attached.py"], cwd=tmp_path, capture_output=True,
+                            env={**ENV, "BACKSTEP_TRACE": str(out)}, text=True, timeout=120)
+    assert traced.returncode == 0 and traced.stdout == plain.stdout
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert kinds(events).count("pass_begin") == 6
+    assert kinds(events).count("session") == 1
+
+
+def test_run_steps_a_two_epoch_dataloader_loop_end_to_end(tmp_path: Path) -> None:
+    """The loop a new user tries first: each ``c`` reaches the next of the 6 passes; the status
+    never says the script exited while it runs; it ends once, with code 0."""
+    ui = Pty(["-m", "backstep", "run", loader_script(tmp_path), "fork"], tmp_path)
+    try:
+        for number in range(1, 7):
+            screen = ui.expect(rf"pass {number} .*stopped: start of pass", timeout=90)
+            assert "exited" not in screen and "[backstep]" not in screen, screen
+            ui.press("c")
+        screen = ui.expect(r"script exited with code 0", timeout=60)
+        assert "done [720.0, 822.0]" in ui.expect(r"done \[")
+        assert "pass 6" in screen and "[backstep]" not in screen
+        ui.press("q")
+        assert ui.wait() == 0
+    finally:
+        ui.kill()
+
+
+def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path: Path) -> None:
+    """A bare fork computes and ends unseen; a fork left sleeping is gone after ``q``, even
+    when the debuggee itself has already ended."""
+    (tmp_path / "forks.py").write_text(FORKS + textwrap.dedent(
+        """\
+            if os.fork() == 0:
+                print("sleeper", os.getpid(), flush=True)
+                import time
+                time.sleep(600)
+                os._exit(0)
+        """))
+    ui = Pty(["-m", "backstep", "run", "--no-stop-at-start", "forks.py", "fork"], tmp_path)
+    try:
+        screen = ui.expect(r"script exited with code 0", timeout=90)
+        screen = ui.expect(r"sleeper \d+")
+        assert "child [2.70" in screen and "parent again" in screen
+        sleeper = int(screen.split("sleeper ")[1].split()[0])
+        assert alive(sleeper)
+        ui.press("q")
+        assert ui.wait() == 0
+        assert not alive(sleeper), "a fork outlived the session"
+    finally:
+        ui.kill()
