@@ -191,3 +191,20 @@ def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path:
         assert not alive(sleeper), "a fork outlived the session"
     finally:
         ui.kill()
+
+
+def test_attach_ui_steps_a_dataloader_loop_and_the_workers_stay_out(tmp_path: Path) -> None:
+    (tmp_path / "attached.py").write_text(ATTACHED + LOADER)
+    ui = Pty(["attached.py"], tmp_path)
+    try:
+        for number in range(1, 7):
+            screen = ui.expect(rf"pass {number} .*stopped: start of pass", timeout=90)
+            assert "exited" not in screen and "[backstep]" not in screen, screen
+            ui.press("c")
+        ui.expect(r"script exited with code 0", timeout=60)
+        ui.press("q")
+        assert ui.wait(60) == 0
+        ui.pump(0.5)
+        assert "done [720.0, 822.0]" in ui.raw.decode(errors="replace")
+    finally:
+        ui.kill()

@@ -306,3 +306,14 @@ def test_nonfinite_breakpoint_stops_where_the_nan_is_born(tmp_path: Path) -> Non
         assert ui.wait() == 0
     finally:
         ui.kill()
+
+
+def test_a_script_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path) -> None:
+    (tmp_path / "killed.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    ui = Pty(["-m", "backstep", "run", "killed.py"], tmp_path)
+    try:
+        ui.expect(r"the debuggee died \(signal 9\)", timeout=60)
+        ui.press("q")
+        assert ui.wait() == 128 + signal.SIGKILL
+    finally:
+        ui.kill()
