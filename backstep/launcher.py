@@ -10,6 +10,7 @@ half-way and ``killpg`` reaches anything it spawned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,37 +48,81 @@ class Debuggee:
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: transport.Channel | None = None
         self._pumps: list[threading.Thread] = []
+        self.stdin: int | None = None  # the write end of the script's stdin
         self._closed = False
         self._lock = threading.Lock()
+        self._stdin_lock = threading.Lock()
 
     def start(self) -> None:
-        """Listen, then start the child with the socket path and token in its environment."""
+        """Listen, then start the child with the socket path and token in its environment.
+
+        Its stdout and stderr are pipes read here; the child gets copies of their read ends
+        (and this terminal's name) so that it outlives a UI that dies (``engine.outlive``).
+        Its stdin is a pipe from here: the console's input line writes into it."""
+        from backstep.engine import outlive
+
         self.listener = transport.Listener()
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        in_read, in_write = os.pipe()
         env = dict(os.environ)
         env.update(self.extra_env)
         env.update(self.listener.environment())
         env.setdefault("PYTHONUNBUFFERED", "1")  # the console panel shows output as it happens
+        env[outlive.ENV_OUTPUT] = f"{out_read},{err_read}"
+        terminal = outlive.terminal_path()
+        if terminal is not None:
+            env[outlive.ENV_TERMINAL] = terminal
         try:
             self.process = subprocess.Popen(
                 self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=in_read,
+                stdout=out_write,
+                stderr=err_write,
                 cwd=self.cwd,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(out_read, err_read),
             )
         except OSError:
+            for fd in (out_read, err_read, in_write):
+                os.close(fd)
             self.listener.close()
             self.listener = None
             raise
-        assert self.process.stdout is not None and self.process.stderr is not None
-        for name, pipe in (("stdout", self.process.stdout), ("stderr", self.process.stderr)):
-            thread = threading.Thread(target=self._pump, args=(pipe.fileno(), name),
+        finally:
+            for fd in (out_write, err_write, in_read):
+                os.close(fd)
+        os.set_blocking(in_write, False)  # a script that never reads must not block the UI
+        self.stdin = in_write
+        for name, fd in (("stdout", out_read), ("stderr", err_read)):
+            thread = threading.Thread(target=self._pump, args=(fd, name),
                                       name=f"backstep-{name}", daemon=True)
             thread.start()
             self._pumps.append(thread)
+
+    def write_stdin(self, text: str) -> bool:
+        """Send what the person typed to the script's stdin; False once that is closed."""
+        data = text.encode()
+        with self._stdin_lock:
+            fd = self.stdin
+            if fd is None:
+                return False
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                return False
+        return True
+
+    def close_stdin(self) -> None:
+        """End of input for the script (ctrl+d in the console)."""
+        with self._stdin_lock:
+            fd, self.stdin = self.stdin, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _pump(self, fd: int, name: str) -> None:
         """Forward everything the child writes, as soon as it writes it, until EOF."""
@@ -111,6 +156,8 @@ class Debuggee:
                 self.on_output(decoder_buffer.decode("utf-8", errors="replace"), name)
             except Exception:  # noqa: BLE001
                 pass
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def accept(self, timeout: float = 60.0) -> transport.Channel | None:
         """Wait for the child to connect; None if it died first or never came."""
@@ -122,6 +169,7 @@ class Debuggee:
             channel = self.listener.accept(timeout=deadline_step)
             if channel is not None:
                 self.channel = channel
+                self.listener.close()  # its directory too: nothing is left if the UI is killed
                 return channel
             if self.process.poll() is not None or self._closed:
                 return None
@@ -161,6 +209,7 @@ class Debuggee:
             except OSError:
                 pass
             self.channel.close()
+        self.close_stdin()
         code = self.wait(grace) if self.process is not None else None
         if self.process is not None and code is None:
             self._signal(signal.SIGTERM)

@@ -112,13 +112,18 @@ class Listener:
     """The UI side: a private socket that accepts exactly one authenticated peer."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="backstep-")
+        self.directory = _socket_directory()
         os.chmod(self.directory, 0o700)
         self.path = os.path.join(self.directory, "s")
         self.token = secrets.token_hex(16)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(self.path)
-        self.server.listen(1)
+        try:
+            self.server.bind(self.path)
+            self.server.listen(1)
+        except OSError:
+            self.server.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
 
     def environment(self) -> dict[str, str]:
         """What the debuggee needs to find and prove itself to this listener."""
@@ -155,6 +160,16 @@ class Listener:
             self.server.close()
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _socket_directory() -> str:
+    """A fresh private directory whose socket path fits AF_UNIX's limit (about 100 bytes): in
+    TMPDIR, or in /tmp when TMPDIR is too long for it."""
+    directory = tempfile.mkdtemp(prefix="backstep-")
+    if len(os.fsencode(os.path.join(directory, "s"))) <= 100 or not os.path.isdir("/tmp"):
+        return directory
+    os.rmdir(directory)
+    return tempfile.mkdtemp(prefix="backstep-", dir="/tmp")
 
 
 def connect(path: str, token: str, timeout: float = 10.0) -> Channel:

@@ -44,10 +44,26 @@ def _wait_for_start(channel: transport.Channel) -> dict[str, Any] | None:
     return None
 
 
-def _read_commands(channel: transport.Channel, controller: Any) -> None:
-    for message in channel.incoming():
-        controller.feed(message)
-    controller.close()
+def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None) -> None:
+    """Feed the UI's commands to the controller. If the UI goes away without quitting (it
+    was killed), the script's output moves off its pipes before any pause is released."""
+    quitting = False
+    try:
+        for message in channel.incoming():
+            if isinstance(message, dict) and message.get("cmd") in ("abort", "detach"):
+                quitting = True
+            controller.feed(message)
+    finally:
+        if not quitting and outlive is not None:
+            outlive.ui_gone()
+        controller.close()
+
+
+def _forked(channel: transport.Channel, outlive: Any) -> None:
+    """In a forked child: never a word to the UI, and the parent keeps the output pipes."""
+    channel.abandon()
+    if outlive is not None:
+        outlive.forget()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name in (transport.ENV_SOCKET, transport.ENV_TOKEN):
         os.environ.pop(name, None)  # the script and its children never see them
+    from backstep.engine.outlive import Outlive
+
+    outlive = Outlive.from_environment()
     try:
         channel = transport.connect(path, token)
     except OSError as exc:
@@ -87,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         return missing
     controller = Controller(sink.emit, start.get("breakpoints") or [],
                             start.get("stop_at_pass_start", True))
-    reader = threading.Thread(target=_read_commands, args=(channel, controller),
+    reader = threading.Thread(target=_read_commands, args=(channel, controller, outlive),
                               name="backstep-commands", daemon=True)
     reader.start()
 
     session = Session(sink, controller, record=False, source=not args.no_source,
-                      on_fork=lambda: channel.abandon())  # a fork never speaks to the UI
+                      on_fork=lambda: _forked(channel, outlive))
     with session:
         code = run_script(args.script, args.args, on_exit=session.exit)
     channel.close()  # a no-op in a fork: the parent's connection stays up
