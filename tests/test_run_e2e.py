@@ -317,3 +317,42 @@ def test_a_script_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path)
         assert ui.wait() == 128 + signal.SIGKILL
     finally:
         ui.kill()
+
+
+ASK = textwrap.dedent(
+    """\
+    import torch
+    name = input("name? ")
+    print("hello", repr(name))
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    try:
+        input("more? ")
+    except EOFError:
+        print("EOF reached")
+    print("grad", x.grad.item())
+    """
+)
+
+
+def test_input_reads_what_is_typed_in_the_console_and_ctrl_d_is_eof(tmp_path: Path) -> None:
+    (tmp_path / "ask.py").write_text(ASK)
+    ui = Pty(["-m", "backstep", "run", "ask.py"], tmp_path)
+    try:
+        ui.expect(r"the script reads stdin", timeout=90)
+        ui.press("Ada Lovelace\r")
+        ui.expect(r"hello 'Ada Lovelace'", timeout=30)
+        ui.expect(r"stopped: start of pass", timeout=30)
+        ui.press("c")
+        ui.expect(r"the script reads stdin", timeout=30)
+        ui.press("\x04")  # ctrl+d
+        ui.expect(r"script exited with code 0", timeout=30)
+        end = time.monotonic() + 30
+        while b"grad 4.0" not in ui.raw and time.monotonic() < end:
+            ui.pump(0.1)
+        # the raw output: the console redraws only the cells that change on the "more? " line
+        assert b"EOF reached" in ui.raw and b"grad 4.0" in ui.raw
+        ui.press("q")
+        assert ui.wait() == 0
+    finally:
+        ui.kill()

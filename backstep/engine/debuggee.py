@@ -59,8 +59,10 @@ def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = N
         controller.close()
 
 
-def _forked(channel: transport.Channel, outlive: Any) -> None:
+def _forked(channel: transport.Channel, outlive: Any, stdin: Any) -> None:
     """In a forked child: never a word to the UI, and the parent keeps the output pipes."""
+    if stdin is not None:
+        stdin.notice = None
     channel.abandon()
     if outlive is not None:
         outlive.forget()
@@ -110,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                               name="backstep-commands", daemon=True)
     reader.start()
 
+    from backstep.engine import input_wait
+
+    stdin = input_wait.install(sink.emit)  # the console offers a line when the script waits
     session = Session(sink, controller, record=False, source=not args.no_source,
-                      on_fork=lambda: _forked(channel, outlive))
+                      on_fork=lambda: _forked(channel, outlive, stdin))
     with session:
         code = run_script(args.script, args.args, on_exit=session.exit)
     channel.close()  # a no-op in a fork: the parent's connection stays up
