@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import termios
@@ -201,6 +202,8 @@ class _UIAttachment(_Attachment):
         self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (read end, write end)
         self._restore_lock = threading.Lock()
         self.terminal: list[Any] | None = None  # fd 0's terminal modes before the UI came up
+        self._stdin_lines: queue.Queue[str | None] = queue.Queue()  # typed in the console
+        self._stdin: Any = None  # the RoutedStdin standing in for sys.stdin while the UI is up
 
     def start(self) -> None:
         try:
@@ -236,6 +239,7 @@ class _UIAttachment(_Attachment):
                                      start.get("stop_at_pass_start", True))
         self._arm(sink, self.controller, record=False)
         self._redirect()
+        self._route_stdin()
         threading.Thread(target=self._serve, name="backstep-attach", daemon=True).start()
         atexit.register(self._at_exit)
 
@@ -253,6 +257,29 @@ class _UIAttachment(_Attachment):
             os.dup2(write_end, fd)
             os.close(write_end)
 
+    def _route_stdin(self) -> None:
+        """While the UI owns the terminal, the script's stdin reads take the console's lines."""
+        from backstep.engine.input_wait import RoutedStdin
+
+        self._stdin = RoutedStdin(sys.stdin, self._stdin_line)
+        sys.stdin = self._stdin
+
+    def _unroute_stdin(self) -> None:
+        """The terminal is the script's again: a read waiting for the console reads it."""
+        if self._stdin is not None:
+            if sys.stdin is self._stdin:
+                sys.stdin = self._stdin._original
+            self._stdin = None
+            self._stdin_lines.put(None)
+
+    def _stdin_line(self) -> str | None:
+        """The next line typed in the console ("" for ctrl+d); None once the UI is gone."""
+        channel = self.channel
+        if channel is None or self._stdin is None:
+            return None
+        channel.send({"event": "input"})
+        return self._stdin_lines.get()
+
     def _serve(self) -> None:
         """Feed the UI's commands to the controller until it leaves. Its ``detach`` is not
         passed on: releasing the paused script must wait until the UI has given the terminal
@@ -262,6 +289,10 @@ class _UIAttachment(_Attachment):
         for message in channel.incoming():
             if message.get("cmd") == "detach":
                 break
+            if message.get("cmd") == "stdin":  # a line for the script, not the controller
+                data = message.get("data")
+                self._stdin_lines.put(data if isinstance(data, str) else "")
+                continue
             self.controller.feed(message)
         self.stop()
 
@@ -274,6 +305,7 @@ class _UIAttachment(_Attachment):
             # then the fds: once the paused script is released, everything it prints must reach
             # the terminal, not a pipe that the exiting UI may still be reading
             self._restore_fds()
+            self._unroute_stdin()
             if self.controller is not None:
                 self.controller.close()
             self._disarm()
@@ -288,6 +320,9 @@ class _UIAttachment(_Attachment):
         """The fork's fds 1 and 2 stay on the console pipe, as its parent's are: its output
         shows in the UI while that is up."""
         atexit.unregister(self._at_exit)
+        if self._stdin is not None and sys.stdin is self._stdin:
+            sys.stdin = self._stdin._original
+        self._stdin = None
         self.process = None  # not this process's child
         self.controller = None
         if self.channel is not None:

@@ -139,3 +139,40 @@ def test_attach_twice_is_harmless_and_reopens_after_quit(tmp_path: Path) -> None
         assert session.wait(60) == 0
     finally:
         session.kill()
+
+
+STDIN_SCRIPT = textwrap.dedent("""\
+    import torch
+    import backstep
+    backstep.attach()
+    print("hello", repr(input("name? ")), flush=True)
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    print("waiting", flush=True)
+    print("again", repr(input("again? ")), "grad", x.grad.item(), flush=True)
+""")
+
+
+def test_stdin_goes_to_the_ui_while_it_is_up_and_to_the_script_after(tmp_path: Path) -> None:
+    (tmp_path / "ask.py").write_text(STDIN_SCRIPT)
+    session = Pty(["ask.py"], tmp_path)
+    try:
+        session.expect(r"the script reads stdin", timeout=90)
+        session.press("Ada\r")  # into the console's input line, not the terminal
+        session.expect(r"hello 'Ada'", timeout=30)
+        session.expect(r"stopped: start of pass", timeout=30)
+        session.press("c")
+        session.expect(r"the script reads stdin", timeout=30)
+        session.press("\x1b")  # leave the line open, go back to the graph
+        session.pump(1.0)
+        session.press("q")  # the UI goes; the waiting input() now reads the terminal
+        end = time.monotonic() + 30
+        while b"\x1b[?1049l" not in session.raw and time.monotonic() < end:
+            session.pump(0.1)  # until the UI has left the alternate screen
+        session.pump(0.5)
+        session.press("Bob\r")
+        assert session.wait(60) == 0
+        session.pump(0.3)
+        assert "again 'Bob' grad 4.0" in session.raw.decode(errors="replace")
+    finally:
+        session.kill()

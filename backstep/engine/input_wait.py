@@ -65,3 +65,66 @@ def install(emit: Callable[[dict[str, Any]], Any]) -> NoticingStdin | None:
     stdin.notice = lambda: emit({"event": "input"})
     sys.stdin = stdin
     return stdin
+
+
+class RoutedStdin:
+    """``sys.stdin`` while ``attach()``'s UI owns the terminal: reads take lines typed in the
+    console's input line (``line()``: a line, "" for ctrl+d, None once the UI is gone), so the
+    script and the UI never read the terminal at once; with the UI gone, reads go to the real
+    stdin again, a read that was waiting included. Everything else is the real stdin's."""
+
+    def __init__(self, original: Any, line: Callable[[], str | None]) -> None:
+        self._original = original
+        self._line = line
+        self._pending = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+    def _fill(self) -> bool:
+        """Make sure a line is pending; False when the UI is gone (use the real stdin)."""
+        if self._pending:
+            return True
+        got = self._line()
+        if got is None:
+            return False
+        self._pending = got
+        return True
+
+    def readline(self, size: int | None = -1) -> str:
+        if not self._fill():
+            return self._original.readline(-1 if size is None else size)
+        cut = len(self._pending) if size is None or size < 0 else size
+        text, self._pending = self._pending[:cut], self._pending[cut:]
+        return text
+
+    def read(self, size: int | None = -1) -> str:
+        if size is not None and size >= 0:
+            return self.readline(size)
+        parts = []
+        while True:
+            if not self._fill():
+                parts.append(self._original.read())
+                break
+            line, self._pending = self._pending, ""
+            if not line:
+                break
+            parts.append(line)
+        return "".join(parts)
+
+    def readlines(self, hint: int = -1) -> list[str]:
+        lines: list[str] = []
+        while line := self.readline():
+            lines.append(line)
+            if 0 < hint <= sum(map(len, lines)):
+                break
+        return lines
+
+    def __iter__(self) -> RoutedStdin:
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line

@@ -191,6 +191,8 @@ class BackstepApp(App[int]):
         close = getattr(self.link, "close_stdin", None)
         if close is not None:
             close()
+        if getattr(self.link, "stdin_reopens", False):  # attach(): EOF ends one read only
+            self.query_one(ConsolePanel).stdin_closed = False
 
     def action_input(self) -> None:
         """Open the console's input line by hand (for reads the debuggee cannot see)."""
