@@ -45,6 +45,8 @@ def attach(
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
     global _current
+    if _in_worker():
+        return
     with _lock:
         if _current is not None and _current.active:
             return
@@ -65,6 +67,19 @@ def attach(
             print(f"backstep: could not attach: {exc}", file=sys.stderr)
             _current.stop()
             _current = None
+
+
+def _in_worker() -> bool:
+    """A multiprocessing child (a spawned DataLoader worker importing the script's top level,
+    where attach() may sit): the debugger is its parent's, not its own."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return False
+    try:
+        return bool(getattr(mp.current_process(), "_inheriting", False)
+                    or mp.parent_process() is not None)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def detach() -> None:
@@ -226,6 +241,7 @@ class _UIAttachment(_Attachment):
         self.channel = self.listener.accept(CONNECT_TIMEOUT)
         if self.channel is None:
             raise RuntimeError("the debugger UI did not start")
+        self.listener.close()  # the socket's directory goes now: nothing left if we are killed
         start = self._wait_for_start(self.channel)
         if start is None:
             raise RuntimeError("the debugger UI closed before it started")

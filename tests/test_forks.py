@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,14 @@ FORKS = textwrap.dedent(
 )
 
 
+def raw_has(ui: Pty, text: bytes, timeout: float = 30.0) -> bool:
+    """Whether ``text`` reaches the terminal: the screen model misses some in-place redraws."""
+    end = time.monotonic() + timeout
+    while text not in ui.raw and time.monotonic() < end:
+        ui.pump(0.1)
+    return text in ui.raw
+
+
 def loader_script(tmp_path: Path) -> str:
     (tmp_path / "loader.py").write_text(LOADER)
     return "loader.py"
@@ -127,41 +136,41 @@ def test_trace_children_with_dataloader_workers(tmp_path: Path) -> None:
         assert kinds(events) == ["session", "exit"]
 
 
-ATTACHED = textwrap.dedent(
-    """\
-    import sys
-    import backstep
-    backstep.attach()
-    sys.argv[1:] = ["fork"]
-    """
-)
+ATTACHED = "import backstep\nbackstep.attach()  # at the top level: spawned workers import it\n"
 
 
-def test_attach_trace_with_dataloader_workers(tmp_path: Path) -> None:
-    (tmp_path / "attached.py").write_text(ATTACHED + LOADER)
+@pytest.mark.parametrize("body, arg, passes", [(LOADER, "fork", 6), (LOADER, "spawn", 6),
+                                               (FORKS, "pool", 2), (FORKS, "fork", 2)],
+                         ids=["loader-fork", "loader-spawn", "pool", "bare-fork"])
+def test_attach_trace_with_children(tmp_path: Path, body: str, arg: str, passes: int) -> None:
+    (tmp_path / "plain.py").write_text(body)
+    (tmp_path / "attached.py").write_text(ATTACHED + body)
     out = tmp_path / "attached.jsonl"
-    plain = subprocess.run([sys.executable, loader_script(tmp_path), "fork"], cwd=tmp_path,
+    plain = subprocess.run([sys.executable, "plain.py", arg], cwd=tmp_path,
                            env=ENV, capture_output=True, text=True, timeout=120)
-    traced = subprocess.run([sys.executable, "attached.py"], cwd=tmp_path, capture_output=True,
-                            env={**ENV, "BACKSTEP_TRACE": str(out)}, text=True, timeout=120)
-    assert traced.returncode == 0 and traced.stdout == plain.stdout
+    traced = subprocess.run([sys.executable, "attached.py", arg], cwd=tmp_path,
+                            capture_output=True, env={**ENV, "BACKSTEP_TRACE": str(out)},
+                            text=True, timeout=120)
+    assert traced.returncode == plain.returncode == 0
+    assert traced.stdout == plain.stdout and traced.stderr == plain.stderr
     events = [json.loads(line) for line in out.read_text().splitlines()]
-    assert kinds(events).count("pass_begin") == 6
+    assert kinds(events).count("pass_begin") == passes
     assert kinds(events).count("session") == 1
 
 
-def test_run_steps_a_two_epoch_dataloader_loop_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_run_steps_a_two_epoch_dataloader_loop_end_to_end(tmp_path: Path, method: str) -> None:
     """The loop a new user tries first: each ``c`` reaches the next of the 6 passes; the status
     never says the script exited while it runs; it ends once, with code 0."""
-    ui = Pty(["-m", "backstep", "run", loader_script(tmp_path), "fork"], tmp_path)
+    ui = Pty(["-m", "backstep", "run", loader_script(tmp_path), method], tmp_path)
     try:
         for number in range(1, 7):
             screen = ui.expect(rf"pass {number} .*stopped: start of pass", timeout=90)
             assert "exited" not in screen and "[backstep]" not in screen, screen
             ui.press("c")
         screen = ui.expect(r"script exited with code 0", timeout=60)
-        assert "done [720.0, 822.0]" in ui.expect(r"done \[")
         assert "pass 6" in screen and "[backstep]" not in screen
+        assert raw_has(ui, b"done [720.0, 822.0]")
         ui.press("q")
         assert ui.wait() == 0
     finally:
@@ -193,9 +202,11 @@ def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path:
         ui.kill()
 
 
-def test_attach_ui_steps_a_dataloader_loop_and_the_workers_stay_out(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_attach_ui_steps_a_dataloader_loop_and_the_workers_stay_out(tmp_path: Path,
+                                                                    method: str) -> None:
     (tmp_path / "attached.py").write_text(ATTACHED + LOADER)
-    ui = Pty(["attached.py"], tmp_path)
+    ui = Pty(["attached.py", method], tmp_path)
     try:
         for number in range(1, 7):
             screen = ui.expect(rf"pass {number} .*stopped: start of pass", timeout=90)
