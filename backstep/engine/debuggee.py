@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                       on_fork=lambda: _forked(channel, outlive, stdin))
     with session:
         code = run_script(args.script, args.args, on_exit=session.exit)
+    if outlive is not None:
+        outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up
     return code
 

@@ -48,6 +48,10 @@ class Outlive:
             return None
         return cls(reads, terminal) if len(reads) == 2 else None
 
+    def settle(self) -> None:
+        """The script is over and the debuggee hangs up itself: the output stays where it is."""
+        self.moved = True
+
     def forget(self) -> None:
         """In a forked child: the parent keeps the pipes alive, not us."""
         for fd in self.reads:
