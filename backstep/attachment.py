@@ -387,14 +387,13 @@ class _UIAttachment(_Attachment):
                 stream.flush()
         for fd, saved in self.saved_fds.items():
             os.dup2(saved, fd)
-        # what the script wrote that the UI never showed still reaches the terminal
+        # what the script wrote that the UI never showed still reaches the terminal, and so
+        # does what forked children (still on the pipes) write later, until they let go
+        from backstep.engine.outlive import drain, forward_in_background
+
         for fd, (read_end, _) in self.pipes.items():
-            os.set_blocking(read_end, False)
-            with contextlib.suppress(OSError):
-                while chunk := os.read(read_end, 65536):
-                    os.write(fd, chunk)
-            with contextlib.suppress(OSError):
-                os.close(read_end)
+            drain(read_end, fd)
+            forward_in_background(read_end, fd)
         for saved in self.saved_fds.values():
             with contextlib.suppress(OSError):
                 os.close(saved)

@@ -69,11 +69,12 @@ class Outlive:
         if target is None:
             return
         for fd, read in zip((1, 2), self.reads, strict=True):
-            _drain(read, target)  # what the dead UI never read comes first
+            drain(read, target)  # what the dead UI never read comes first
             with contextlib.suppress(OSError):
                 os.dup2(target, fd)
-            threading.Thread(target=_forward, args=(read, target), daemon=True,
-                             name=f"backstep-outlive-{fd}").start()
+            forward_in_background(read, target)
+        with contextlib.suppress(OSError):
+            os.close(target)
 
     def _open_target(self) -> int | None:
         flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC
@@ -84,7 +85,20 @@ class Outlive:
         return None
 
 
-def _drain(read: int, target: int) -> None:
+def forward_in_background(read: int, fd: int) -> None:
+    """Copy the pipe ``read`` to (a duplicate of) ``fd`` on a daemon thread until every
+    writer has closed it, then close both: forked children keep their output."""
+    try:
+        target = os.dup(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.close(read)
+        return
+    threading.Thread(target=_forward, args=(read, target), daemon=True,
+                     name=f"backstep-forward-{fd}").start()
+
+
+def drain(read: int, target: int) -> None:
     """Copy what the pipe holds now, without waiting for more."""
     with contextlib.suppress(OSError):
         os.set_blocking(read, False)
@@ -104,8 +118,9 @@ def _forward(read: int, target: int) -> None:
         if not chunk:
             break
         _write_all(target, chunk)
-    with contextlib.suppress(OSError):
-        os.close(read)
+    for done in (read, target):
+        with contextlib.suppress(OSError):
+            os.close(done)
 
 
 def _write_all(fd: int, data: bytes) -> None:
