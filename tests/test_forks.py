@@ -177,9 +177,11 @@ def test_run_steps_a_two_epoch_dataloader_loop_end_to_end(tmp_path: Path, method
         ui.kill()
 
 
-def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path: Path) -> None:
-    """A bare fork computes and ends unseen; a fork left sleeping is gone after ``q``, even
-    when the debuggee itself has already ended."""
+@pytest.mark.parametrize("kind", ["fork", "pool"])
+def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path: Path,
+                                                                      kind: str) -> None:
+    """Children compute and end unseen (only the parent's two passes stop); a fork left
+    sleeping is gone after ``q``, even when the debuggee itself has already ended."""
     (tmp_path / "forks.py").write_text(FORKS + textwrap.dedent(
         """\
             if os.fork() == 0:
@@ -188,11 +190,17 @@ def test_run_fork_that_runs_backward_never_pauses_and_q_ends_the_group(tmp_path:
                 time.sleep(600)
                 os._exit(0)
         """))
-    ui = Pty(["-m", "backstep", "run", "--no-stop-at-start", "forks.py", "fork"], tmp_path)
+    ui = Pty(["-m", "backstep", "run", "forks.py", kind], tmp_path)
     try:
+        for number in (1, 2):
+            screen = ui.expect(rf"pass {number} .*stopped: start of pass", timeout=90)
+            assert "exited" not in screen and "[backstep]" not in screen, screen
+            ui.press("c")
         screen = ui.expect(r"script exited with code 0", timeout=90)
+        assert "pass 2" in screen
         screen = ui.expect(r"sleeper \d+")
-        assert "child [2.70" in screen and "parent again" in screen
+        expected = "child [2.70" if kind == "fork" else "pool [[1.08"
+        assert expected in screen and "parent again" in screen
         sleeper = int(screen.split("sleeper ")[1].split()[0])
         assert alive(sleeper)
         ui.press("q")
