@@ -45,7 +45,9 @@ def attach(
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
     global _current
-    if _in_worker():
+    from backstep.engine.forks import in_multiprocessing_child
+
+    if in_multiprocessing_child():  # a spawned worker importing the script's top level
         return
     with _lock:
         if _current is not None and _current.active:
@@ -67,19 +69,6 @@ def attach(
             print(f"backstep: could not attach: {exc}", file=sys.stderr)
             _current.stop()
             _current = None
-
-
-def _in_worker() -> bool:
-    """A multiprocessing child (a spawned DataLoader worker importing the script's top level,
-    where attach() may sit): the debugger is its parent's, not its own."""
-    mp = sys.modules.get("multiprocessing")
-    if mp is None:
-        return False
-    try:
-        return bool(getattr(mp.current_process(), "_inheriting", False)
-                    or mp.parent_process() is not None)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def detach() -> None:

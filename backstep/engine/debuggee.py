@@ -3,7 +3,9 @@
 Started as ``python -m backstep.engine.debuggee [--no-source] -- script.py args...`` with
 BACKSTEP_SOCKET and BACKSTEP_TOKEN set. It connects, announces the session, waits for ``start``,
 runs the script like python, and answers commands while paused. If the UI goes away, it stops
-pausing and lets the script run to its end.
+pausing and lets the script run to its end, its output moved to the UI's terminal
+(``outlive``). The script's stdin reads tell the UI to offer a line (``input_wait``); forked
+children of the script let go of all of it (``forks``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ and that thread does not exist in the child. Stdlib only, no torch.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -68,3 +69,16 @@ def abandon_file(stream: Any) -> None:
         (raw if raw is not None else stream).close()
     except Exception:  # noqa: BLE001, S110
         pass
+
+
+def in_multiprocessing_child() -> bool:
+    """Whether this is a multiprocessing child (a spawned DataLoader worker importing the
+    script's top level, where ``attach()`` may sit): the debugger is its parent's."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return False
+    try:
+        return bool(getattr(mp.current_process(), "_inheriting", False)
+                    or mp.parent_process() is not None)
+    except Exception:  # noqa: BLE001
+        return False
