@@ -227,3 +227,35 @@ def test_attach_ui_steps_a_dataloader_loop_and_the_workers_stay_out(tmp_path: Pa
         assert "done [720.0, 822.0]" in ui.raw.decode(errors="replace")
     finally:
         ui.kill()
+
+
+ABANDON = textwrap.dedent(
+    """\
+    import os, socket, sys, threading, time
+    from backstep import transport
+
+    ours, peer = socket.socketpair()
+    channel = transport.Channel(ours)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(channel.receive()), daemon=True)
+    reader.start()
+    time.sleep(0.3)  # the reader now holds its buffered file's lock, blocked in readline
+    pid = os.fork()
+    if pid == 0:
+        channel.abandon()
+        channel.close()  # a no-op now: no shutdown of the parent's connection
+        del channel
+        sys.exit(0)  # a normal end: finalizers run, the held lock must not be waited on
+    _, status = os.waitpid(pid, 0)
+    peer.sendall(b'{"event": "still here"}\\n')
+    reader.join(10)
+    print(os.waitstatus_to_exitcode(status), got)
+    """
+)
+
+
+def test_a_fork_lets_go_of_the_channel_without_shutdown_or_deadlock(tmp_path: Path) -> None:
+    (tmp_path / "abandon.py").write_text(ABANDON)
+    result = subprocess.run([sys.executable, "abandon.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.stdout.strip() == "0 [{'event': 'still here'}]", result.stderr
