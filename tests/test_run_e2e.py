@@ -23,8 +23,11 @@ pytestmark = [
 ]
 
 ROWS, COLS = 42, 140
-TOKENS = re.compile(rb"\x1b\[([0-9;?]*)([ -/]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|"
+TOKENS = re.compile(rb"\x1b\[([0-?]*)([ -/]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|"
                     rb"[\r\n\b]|[^\x1b\r\n\b]+")
+
+COMPLETE_ESCAPE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|"
+                             rb"\x1b[^\[\]]")
 
 SCRIPT = textwrap.dedent(
     """\
@@ -62,6 +65,10 @@ class Screen:
     def feed(self, data: bytes) -> None:
         data = self.pending + data
         self.pending = b""
+        held = b""  # an escape sequence cut by the read: it completes with the next one
+        esc = data.rfind(b"\x1b")
+        if esc != -1 and len(data) - esc < 64 and not COMPLETE_ESCAPE.match(data, esc):
+            data, held = data[:esc], data[esc:]
         pos = 0
         for match in TOKENS.finditer(data):
             pos = match.end()
@@ -87,7 +94,7 @@ class Screen:
                     if self.x < self.cols:
                         self.grid[self.y][self.x] = ch
                     self.x += 1
-        self.pending = self.pending or data[pos:]
+        self.pending = (self.pending or data[pos:]) + held
 
     def text(self) -> str:
         return "\n".join("".join(row).rstrip() for row in self.grid)
