@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from backstep.engine import naming
-from backstep.engine.controller import Controller
+from backstep.engine import device_checks, naming
+from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.saved import has_saved, saved_status
@@ -68,6 +68,7 @@ class Pass:
         self.announced_stop = False
         self.annotated = False
         self.held: dict[int, tuple[Any, Any]] = {}  # node id -> (grad_outputs, grad_inputs)
+        self.checks: device_checks.GradientChecks | None = None  # gradient checks in flight
 
 
 class Capture:
@@ -468,9 +469,55 @@ class Capture:
             return
         bp = controller.breakpoints
         if bp.on_gradients:
+            if p.checks is not None or device_checks.deferred(grad_inputs):
+                self._check_on_device(p, i, bp, grad_outputs, grad_inputs)
+                return
             hit = gradient_trip(bp, grad_inputs)
             if hit is not None:
                 self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+
+    def _check_on_device(self, p: Pass, i: int, bp: Any, grad_outputs: tuple,
+                         grad_inputs: tuple) -> None:
+        """Queue node ``i``'s gradient check on the device; stop at the first earlier check that
+        has tripped by now (``device_checks``)."""
+        checks = p.checks
+        if checks is None:
+            checks = p.checks = device_checks.GradientChecks()
+        checks.submit(bp, i, grad_outputs, grad_inputs)
+        trip = checks.poll(bp)
+        if trip is not None:
+            self._stop_born(p, trip, i)
+
+    def _stop_born(self, p: Pass, trip: device_checks.Trip, now: int | None) -> None:
+        """Stop at the node a deferred check names, saying how many nodes ago it ran."""
+        self._sync_ran(p, now, complete=now is None)
+        born = p.ran[trip.node]
+        current = p.ran[now] if now is not None else p.completed
+        detail = device_checks.late(trip.detail, display_name(p.graph.names[trip.node]), born,
+                                    current)
+        self._pause(p, trip.node, trip.reason, detail, trip.grad_outputs, trip.grad_inputs,
+                    after=True)
+
+    def _settle_checks(self, p: Pass, exc: BaseException | None) -> None:
+        """Pass end: wait for the checks still in flight and stop at any that tripped."""
+        checks, controller = p.checks, self.controller
+        p.checks = None
+        if checks is None:
+            return
+        try:
+            while exc is None and controller is not None and not controller.detached:
+                if p.finishing:
+                    break
+                trip = checks.poll(controller.breakpoints, wait=True)
+                if trip is None:
+                    break
+                self._stop_born(p, trip, None)
+        except BackstepAbort:
+            pass  # the pass is over: there is nothing left to abort
+        except Exception:  # noqa: BLE001 - a late check must never break a finished pass
+            pass
+        finally:
+            checks.clear()
 
     def _pause(self, p: Pass, i: int, reason: str, detail: str | None, grad_outputs: tuple,
                grad_inputs: tuple | None, after: bool = False) -> None:
@@ -574,6 +621,8 @@ class Capture:
         return out
 
     def _end(self, p: Pass, exc: BaseException | None) -> None:
+        if p.checks is not None:
+            self._settle_checks(p, exc)
         p.active = False
         for handle in p.handles:
             handle.remove()

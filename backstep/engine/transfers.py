@@ -43,3 +43,9 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     that CPU tests of the device path see the transfers the GPU would make)."""
     _note()
     return t.cpu()
+
+
+def wait(event: Any) -> None:
+    """Block until a recorded event (a non-blocking copy) has completed: one sync."""
+    _note()
+    event.synchronize()
