@@ -483,8 +483,17 @@ class Capture:
         checks = p.checks
         if checks is None:
             checks = p.checks = device_checks.GradientChecks()
-        checks.submit(bp, i, grad_outputs, grad_inputs)
-        trip = checks.poll(bp)
+        try:
+            checks.submit(bp, i, grad_outputs, grad_inputs)
+        except Exception:  # noqa: BLE001 - no pinned memory or events here: check at once
+            hit = gradient_trip(bp, grad_inputs)
+            if hit is not None:
+                self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+                return
+        try:
+            trip = checks.poll(bp)
+        except Exception:  # noqa: BLE001 - a check must never break the user's pass
+            trip = None
         if trip is not None:
             self._stop_born(p, trip, i)
 

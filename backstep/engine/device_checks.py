@@ -32,11 +32,12 @@ CHECKED = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64
 
 
 def deferred(grads: tuple) -> bool:
-    """Whether a node's gradients are checked on the device (any of them not on the CPU)."""
+    """Whether a node's gradients are checked on the device (any of them on a CUDA device;
+    other accelerators keep the immediate check)."""
     if FORCE:
         return True
     for g in grads:
-        if g is not None and not g.is_cpu:
+        if g is not None and g.is_cuda:
             return True
     return False
 
