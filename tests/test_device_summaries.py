@@ -195,3 +195,19 @@ def test_cuda_recorded_pass_syncs_once_per_batch() -> None:
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     nodes = len(recorder.of("pass_begin")[0]["nodes"])
     assert len(syncs) <= math.ceil(nodes / 256) + 4
+
+
+def test_tensors_that_retain_grad_are_read_in_one_batch(device_path: None) -> None:
+    recorder = ListRecorder()
+    with captured(Capture(recorder)):
+        x = torch.randn(8, requires_grad=True)
+        kept = [x * k for k in range(1, 13)]
+        for t in kept:
+            t.retain_grad()
+        loss = sum(t.sin().sum() for t in kept)
+        before = transfers.count()
+        loss.backward()  # type: ignore[union-attr]
+        reads = transfers.count() - before
+    retained = [e for e in recorder.of("accumulate") if e["retained"]]
+    assert len(retained) == 12 and all(e["after"]["nonfinite"] == 0 for e in retained)
+    assert reads <= 4

@@ -357,9 +357,14 @@ class Capture:
         if wanted:
             names = naming.find_names({k: v[2] for k, v in wanted.items()},
                                       naming.user_frame(sys._getframe(1)))
+            batch = SummaryBatch()  # one read on a GPU, however many tensors retain grads
+            slots = []
             for key, (ref, index, tensor) in wanted.items():
                 name = names.get(key) or f"{display_name(p.graph.names[index])}#{p.graph.ids[index]}"
-                out.append((ref, index, name, summarize(tensor.grad)))
+                slots.append((ref, index, name, batch.add(tensor.grad)))
+            summaries = batch.compute() if len(batch) else []
+            out = [(ref, index, name, None if slot is None else summaries[slot])
+                   for ref, index, name, slot in slots]
         return out
 
     def _ensure_hooks(self, p: Pass, pre: bool, post: bool) -> None:
@@ -671,20 +676,25 @@ class Capture:
                         "error": _message(exc),
                     }
                 )
+        batch = SummaryBatch()  # every retained .grad in one batch: one read on a GPU
+        done = []
         for ref, index, name, before in p.retained:
             tensor = ref()
             if tensor is not None and p.ran[index]:
-                self._emit(
-                    {
-                        "event": "accumulate",
-                        "pass": p.number,
-                        "leaf": name,
-                        "id": graph.ids[index],
-                        "before": before,
-                        "after": summarize(tensor.grad),
-                        "retained": True,
-                    }
-                )
+                done.append((index, name, before, batch.add(tensor.grad)))
+        summaries = batch.compute() if len(batch) else []
+        for index, name, before, slot in done:
+            self._emit(
+                {
+                    "event": "accumulate",
+                    "pass": p.number,
+                    "leaf": name,
+                    "id": graph.ids[index],
+                    "before": before,
+                    "after": None if slot is None else summaries[slot],
+                    "retained": True,
+                }
+            )
         self.drain()
         self._emit(
             {
