@@ -54,3 +54,54 @@ def record(directory: Path, name: str, body: str, *options: str,
     )
     assert out.exists(), done.stderr
     return out
+
+
+# A small model with a custom Function; environment variables make the variants diff compares.
+VARIANTS = """\
+import os
+import torch
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        if os.environ.get("BUGGY"):
+            return grad * x
+        return 2 * grad * x
+
+dtype = getattr(torch, os.environ.get("DTYPE", "float32"))
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 2).to(dtype)
+x = torch.randn(4, 3).to(dtype)
+act = torch.sigmoid if os.environ.get("OP") == "sigmoid" else torch.tanh
+for _ in range(int(os.environ.get("ITERS", "1"))):
+    h = Square.apply(act(lin(x))) * float(os.environ.get("SCALE", "2"))
+    y = h.sum()
+    y.backward()
+print("done")
+"""
+
+
+def record_all(directory: Path, runs: dict[str, tuple[str, tuple[str, ...], dict[str, str]]]
+               ) -> dict[str, Path]:
+    """Trace several (body, options, env) at once (each run is mostly torch's import)."""
+    started = {}
+    for name, (body, options, env) in runs.items():
+        script = directory / f"{name}.py"
+        script.write_text(textwrap.dedent(body))
+        out = directory / f"{name}.jsonl"
+        started[name] = (out, subprocess.Popen(
+            [sys.executable, "-m", "backstep", "trace", *options, "-o", str(out), str(script)],
+            cwd=directory, env={**ENV, **env}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True))
+    paths = {}
+    for name, (out, process) in started.items():
+        _, err = process.communicate(timeout=300)
+        assert out.exists(), err
+        paths[name] = out
+    return paths
