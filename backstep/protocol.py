@@ -15,7 +15,11 @@ Events (DESIGN.md names the first five; do not rename them):
   accumulate  pass, leaf, id, before, after, retained (True for a non-leaf's retain_grad)
   pass_end    pass, status ("ok" | "error"), error, skipped (ids)
   stopped     pass, step, id, name, reason, detail, grad_outputs, saved  (live UI only: the
-              debuggee is paused before node ``id`` and waits for a command)
+              debuggee is paused before node ``id`` and waits for a command); also stop (a
+              number unique to this pause), thread (the name of the paused thread) and device
+              (the gradient's device, or null)
+  waiting     stops: [{stop, pass, step, id, name, thread, device}] — the other paused threads,
+              in line behind the shown stop, longest waiting first (sent when the line changes)
   diagnosis   pass, kind, message, node, source
   tensor      req, ... the answer to a ``tensor`` command
   exit        code: the script ended (normally, by sys.exit, or by an uncaught exception)
@@ -23,7 +27,9 @@ Events (DESIGN.md names the first five; do not rename them):
 
 Commands (UI -> debuggee):
   start       breakpoints, stop_at_pass_start   (sent once, after hello, before the script runs)
-  step | continue | finish | abort | detach | interrupt
+  step | continue | finish | abort   stop (optional): the stop it is meant for; a command for a
+              stop that is no longer shown is answered with an error and does nothing
+  detach | interrupt
   break       breakpoints: replaces the whole list
   options     stop_at_pass_start
   tensor      req, pass, node, slot ("grad_outputs" | "grad_inputs"), index, offset, limit
@@ -49,6 +55,7 @@ EVENTS = frozenset(
         "stopped",
         "diagnosis",
         "tensor",
+        "waiting",
         "exit",
         "error",
     }
@@ -181,6 +188,10 @@ def validate_command(message: Any) -> dict[str, Any]:
     if cmd in ("start", "options") and "stop_at_pass_start" in message:
         if not isinstance(message["stop_at_pass_start"], bool):
             raise ProtocolError("stop_at_pass_start must be true or false")
+    if "stop" in message and cmd in ("step", "continue", "finish", "abort", "tensor"):
+        stop = message["stop"]
+        if not isinstance(stop, int) or isinstance(stop, bool):
+            raise ProtocolError(f"{cmd}: stop must be an integer")
     if cmd == "tensor":
         for key in ("req", "pass", "node", "index"):
             if not _is_int(message.get(key)):

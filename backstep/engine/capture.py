@@ -68,6 +68,9 @@ class Pass:
         self.announced_stop = False
         self.annotated = False
         self.held: dict[int, tuple[Any, Any]] = {}  # node id -> (grad_outputs, grad_inputs)
+        # A pass's nodes may run on several threads at once (CPU and CUDA device threads): its
+        # hooks take turns, and a paused hook lets the others go while it waits.
+        self.lock = threading.RLock()
 
 
 class Capture:
@@ -502,10 +505,23 @@ class Capture:
             "grad_outputs": go_summaries,
             "grad_inputs": gi_summaries,
             "saved": saved,
+            "thread": threading.current_thread().name,
+            "device": _device(grad_outputs) or _device(grad_inputs or ()),
         }
         if self.sink is not None:
             self.sink.flush()
-        command = controller.pause(event, p)
+        try:
+            p.lock.release()  # held by the hook: the pass's other threads run on meanwhile
+            held = True
+        except RuntimeError:  # not called from a hook
+            held = False
+        try:
+            command = controller.pause(event, p)
+        finally:
+            if held:
+                p.lock.acquire()
+        if not p.active:
+            return  # the pass ended while this thread waited (another thread's node raised)
         if command == "step":
             p.stepping = True
             if not p.record and self.sink is not None:
@@ -668,7 +684,11 @@ class Capture:
         """Write queued ``graph_released`` events (at pass boundaries and at the end)."""
         queue = self._released_queue
         while queue:
-            self._emit(queue.pop(0))
+            try:
+                event = queue.pop(0)
+            except IndexError:  # another thread's pass drained it first
+                return
+            self._emit(event)
 
     @staticmethod
     def _failed_node(p: Pass) -> int | None:
@@ -808,6 +828,14 @@ class _Retained:
         self.state = {"reused": False, "bytes": 0, "pass": number}
 
 
+def _device(grads: tuple) -> str | None:
+    """The device of a node's first gradient (where it runs), or None."""
+    for g in grads:
+        if g is not None:
+            return str(g.device)
+    return None
+
+
 def _message(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -815,15 +843,17 @@ def _message(exc: BaseException) -> str:
 
 def _post_hook(p: Pass, i: int, after: Any) -> Any:
     def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
-        if p.active:
-            after(p, i, grad_inputs, grad_outputs)
+        with p.lock:
+            if p.active:
+                after(p, i, grad_inputs, grad_outputs)
 
     return hook
 
 
 def _pre_hook(p: Pass, i: int, before: Any) -> Any:
     def hook(grad_outputs: tuple) -> None:
-        if p.active:
-            before(p, i, grad_outputs)
+        with p.lock:
+            if p.active:
+                before(p, i, grad_outputs)
 
     return hook

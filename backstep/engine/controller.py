@@ -2,13 +2,16 @@
 
 A stop blocks the thread that runs the node (the caller's thread on CPU, a device thread on CUDA)
 inside a backward hook until a command arrives. Commands come from another thread (the UI
-connection's reader) through ``feed``. If the command source goes away (``close``), every pause
+connection's reader) through ``feed``. Several threads can be paused at once (passes on several
+threads, one pass's nodes on the caller's and the device threads): they wait in line, and only
+the first is shown and takes commands. If the command source goes away (``close``), every pause
 ends and no later pass stops: a debugger that lost its UI must never hang the script.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -77,8 +80,33 @@ class Breakpoints:
         return None
 
 
+@dataclass
+class Stop:
+    """One paused thread: the node it waits before (or after) and its own command queue."""
+
+    number: int  # unique for the session: commands name it, so a late one can't resume another
+    pass_: int
+    event: dict[str, Any]
+    on: Any
+    commands: queue.SimpleQueue[dict[str, Any]] = field(default_factory=queue.SimpleQueue)
+
+    def brief(self) -> dict[str, Any]:
+        """What the ``waiting`` event says about a stop in line."""
+        ev = self.event
+        return {"stop": self.number, "pass": self.pass_, "step": ev.get("step"),
+                "id": ev.get("id"), "name": ev.get("name"), "thread": ev.get("thread"),
+                "device": ev.get("device")}
+
+
 class Controller:
-    """Decides stops and serves commands while a backward hook is paused."""
+    """Decides stops and serves commands while backward hooks are paused.
+
+    Several passes can stop at once (threads, CUDA device threads). Each paused thread waits on
+    its own queue; the stops form a line, and only its head, the shown stop, takes commands.
+    When the shown stop resumes, the one that has waited longest is shown (a ``stopped`` event),
+    and every change to the line is announced with a ``waiting`` event. A stop holds only its
+    own thread: other passes run on until their next stop and wait there in line.
+    """
 
     def __init__(
         self,
@@ -91,10 +119,24 @@ class Controller:
         self.stop_at_pass_start = stop_at_pass_start
         self.interrupt = False
         self.detached = False
-        self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._stop_lock = threading.Lock()
-        self.paused: Any = None  # the pass paused right now, if any
+        # guards the line; events about it are emitted under it, and an emit may feed a command
+        # back on the same thread (tests answer stops that way), hence reentrant
+        self._lock = threading.RLock()
+        self._line: list[Stop] = []  # paused threads, shown stop first
+        self._numbers = itertools.count(1)
+        self._behind: list[int] = []  # stop numbers the last ``waiting`` event listed
         self.tensor_lookup: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    @property
+    def paused(self) -> Any:
+        """The pass of the shown stop, if any."""
+        line = self._line
+        return line[0].on if line else None
+
+    def waiting(self) -> list[Stop]:
+        """The stops in line behind the shown one."""
+        with self._lock:
+            return self._line[1:]
 
     # -- what a pass needs --------------------------------------------------------------
     def live(self) -> bool:
@@ -129,42 +171,76 @@ class Controller:
             self.close()
         elif cmd == "start":
             self.emit(protocol.error_event("already started"))
-        elif self.paused is None:
-            self.emit(protocol.error_event(f"'{cmd}' needs a stopped pass", _req(message)))
         else:
-            self._commands.put(message)
+            self._to_stop(message)
+
+    def _to_stop(self, message: dict[str, Any]) -> None:
+        """Hand a command to the shown stop; a resuming one takes it out of the line."""
+        cmd = message["cmd"]
+        with self._lock:
+            stop = self._line[0] if self._line else None
+            wanted = message.get("stop")
+            if stop is None or (wanted is not None and wanted != stop.number):
+                if wanted is None:
+                    why = f"'{cmd}' needs a stopped pass"
+                elif any(s.number == wanted for s in self._line):
+                    why = f"stop {wanted} is waiting in line: only the shown stop takes commands"
+                else:
+                    why = f"stop {wanted} is no longer paused"
+                self.emit(protocol.error_event(why, _req(message)))
+                return
+            if cmd != "tensor":
+                self._line.pop(0)
+                if self._line:
+                    self.emit(self._line[0].event)
+                self._announce_line()
+            stop.commands.put(message)
+
+    def _announce_line(self) -> None:
+        """A ``waiting`` event when the stops behind the shown one changed (never with a single
+        pass, which has no one in line)."""
+        behind = [s.number for s in self._line[1:]]
+        if behind != self._behind:
+            self._behind = behind
+            self.emit({"event": "waiting", "stops": [s.brief() for s in self._line[1:]]})
 
     def close(self) -> None:
-        """The UI is gone (or detached): release any pause and never stop again."""
-        self.detached = True
-        self._commands.put(_CLOSED)
+        """The UI is gone (or detached): release every pause and never stop again."""
+        with self._lock:
+            self.detached = True
+            line, self._line = self._line, []
+        for stop in line:
+            stop.commands.put(_CLOSED)
 
     # -- a pause, on the thread running the node ------------------------------------------
     def pause(self, stopped: dict[str, Any], on: Any) -> str:
-        """Emit ``stopped`` and block until a resuming command; returns it.
+        """Emit ``stopped`` (or queue it behind the shown stop) and block this thread until a
+        command resumes it; returns that command.
 
         Returns "step", "continue", "finish" or "detach"; raises BackstepAbort for "abort".
+        Only this thread waits: other passes keep running, and stop in line behind this one.
         """
-        with self._stop_lock:
+        with self._lock:
             if self.detached:
                 return "detach"
             self.interrupt = False
-            self.paused = on
-            try:
+            stop = Stop(next(self._numbers), stopped.get("pass", 0), stopped, on)
+            stopped["stop"] = stop.number
+            self._line.append(stop)
+            if len(self._line) == 1:
                 self.emit(stopped)
-                while True:
-                    message = self._commands.get()
-                    cmd = message["cmd"]
-                    if cmd == "__closed__":
-                        return "detach"
-                    if cmd == "tensor":
-                        self.emit(self._tensor(message))
-                        continue
-                    if cmd == "abort":
-                        raise BackstepAbort("backward pass aborted from the backstep debugger")
-                    return cmd
-            finally:
-                self.paused = None
+            self._announce_line()
+        while True:
+            message = stop.commands.get()
+            cmd = message["cmd"]
+            if cmd == "__closed__":
+                return "detach"
+            if cmd == "tensor":
+                self.emit(self._tensor(message))
+                continue
+            if cmd == "abort":
+                raise BackstepAbort("backward pass aborted from the backstep debugger")
+            return cmd
 
     def _tensor(self, message: dict[str, Any]) -> dict[str, Any]:
         req = message["req"]

@@ -95,7 +95,7 @@ class BackstepApp(App[int]):
         self.gone: str | None = None
         self.exit_code: int | None = None
         self._next_req = 1
-        self._shown_stop: tuple[int, int] | None = None
+        self._shown_stop: tuple[int, int, int | None] | None = None
         # the shown diagnosis's line stays in the Source panel until the person looks elsewhere
         self._diagnosis_pinned = False
         # a diagnosis came into view since the last key that resumed the script: a stop that
@@ -142,7 +142,7 @@ class BackstepApp(App[int]):
             return
         self.snapshot = snap
         stop = snap.stop
-        key = (stop.pass_, stop.step) if stop is not None else None
+        key = (stop.pass_, stop.step, stop.stop) if stop is not None else None
         new_stop = stop is not None and key != self._shown_stop
         if stop is not None and key != self._shown_stop:
             self._shown_stop = key
@@ -218,9 +218,10 @@ class BackstepApp(App[int]):
                 return None
             req = self._next_req
             self._next_req += 1
-            ok = self.send({"cmd": "tensor", "req": req, "pass": message.pass_,
-                            "node": message.node, "slot": message.slot, "index": message.index,
-                            "offset": offset, "limit": limit})
+            ok = self.send(self._addressed(
+                {"cmd": "tensor", "req": req, "pass": message.pass_, "node": message.node,
+                 "slot": message.slot, "index": message.index, "offset": offset,
+                 "limit": limit}))
             return req if ok else None
 
         self.push_screen(TensorView(message.title, request))
@@ -305,10 +306,18 @@ class BackstepApp(App[int]):
     def action_step(self) -> None:
         self.action_resume("step")
 
+    def _addressed(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A command for the shown stop, naming it: with several passes paused, a command that
+        arrives after that stop resumed is refused instead of resuming another pass."""
+        stop = self.snapshot.stop
+        if stop is not None and stop.stop is not None:
+            message["stop"] = stop.stop
+        return message
+
     def action_resume(self, command: str) -> None:
         if not self._paused():
             return
-        if self.send({"cmd": command}):
+        if self.send(self._addressed({"cmd": command})):
             self.waiting = True
             self._diagnosis_new = False
             self._refresh_status()

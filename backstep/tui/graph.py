@@ -17,6 +17,7 @@ from textual.widgets.tree import TreeNode
 from backstep.tui.format import GLYPHS
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.model import PassView, Snapshot
+from backstep.tui.status import live_passes
 
 OPEN_ALL_BELOW = 200  # graphs this small start fully open
 
@@ -49,6 +50,7 @@ class GraphPanel(Tree[Row]):
 
     def show(self, snapshot: Snapshot) -> None:
         """Bring the tree up to date with a snapshot (rebuilds only when the pass changes)."""
+        self.border_subtitle = live_passes(snapshot, self.size.width)
         view = snapshot.pass_
         if view is None:
             return

@@ -13,6 +13,10 @@ KEYS = (
     ("n", "step: run the paused node, stop before the next one"),
     ("c", "continue to the next breakpoint or the next pass start"),
     ("f", "finish the current pass without stopping"),
+    ("", "several passes at once (threads, GPUs): n, c and f act on"),
+    ("", "the shown pass; the others stay paused where they are, and"),
+    ("", "the one that has waited longest is shown next (\"2 passes"),
+    ("", "waiting\"), so n takes turns between paused passes"),
     ("b", "toggle a breakpoint on the selected node's type"),
     ("B", "breakpoint conditions: node glob, module glob, leaf, non-finite, norm above"),
     ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
@@ -21,7 +25,7 @@ KEYS = (
     ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),
     ("x", "dismiss the diagnosis banner (d brings it back)"),
     ("?", "this help"),
-    ("q", "quit: end the script and leave"),
+    ("q", "quit: end the script and leave (every paused thread is released)"),
 )
 
 

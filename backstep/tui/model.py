@@ -122,6 +122,31 @@ class Stop:
     grad_outputs: tuple[Summary | None, ...]
     saved: tuple[SavedInfo, ...]
     after: bool = False
+    stop: int | None = None  # the engine's number for this pause: commands name it
+    thread: str | None = None  # the thread the node runs on
+    device: str | None = None  # its gradient's device
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Another paused thread, in line behind the shown stop (a ``waiting`` event's item)."""
+
+    stop: int
+    pass_: int
+    step: int | None
+    id: int | None
+    name: str
+    thread: str | None
+    device: str | None
+
+
+@dataclass(frozen=True)
+class LivePass:
+    """A pass that began and has not ended, and what it is doing now."""
+
+    number: int
+    state: Literal["stopped", "waiting", "running"]
+    thread: str | None  # the thread that called backward
 
 
 @dataclass(frozen=True)
@@ -238,6 +263,7 @@ class PassView:
     status: str | None = None
     error: str | None = None
     skipped: frozenset[int] = frozenset()
+    thread: str | None = None  # the thread that called backward
 
     def record(self, node_id: int) -> NodeRecord | None:
         """The node's record if it ran by this moment."""
@@ -295,6 +321,8 @@ class Snapshot:
     passes: int = 0
     stop: Stop | None = None
     running: bool = False
+    waiting: tuple[Waiting, ...] = ()  # stops in line behind ``stop``, longest waiting first
+    live: tuple[LivePass, ...] = ()  # passes that began and have not ended, by number
     exit: ExitInfo | None = None
     diagnoses: tuple[Diagnosis, ...] = ()
     leaf_norms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
@@ -352,6 +380,9 @@ class SessionModel:
         self._diagnosed: set[tuple[str, int | None, Any]] = set()
         self._zeroed_counts: dict[str, int] = {}
         self._leaf_norms: dict[str, float] = {}
+        # every pass that began and has not ended (and the shown one): several passes can run
+        # at once, each on its own thread, and each keeps its own log
+        self._views: dict[int, PassView] = {}
 
     def snapshot(self) -> Snapshot:
         return self._snap
@@ -389,15 +420,48 @@ class SessionModel:
             create_graph=bool(ev.get("create_graph")),
             graph=Graph.build(ev.get("nodes"), ev.get("roots")),
             log=PassLog(),
+            thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
         )
-        return replace(self._snap, pass_=view, passes=max(self._snap.passes, view.number),
-                       stop=None, running=True)
+        self._views[view.number] = view
+        snap = replace(self._snap, passes=max(self._snap.passes, view.number), running=True)
+        stop = snap.stop
+        if stop is not None and stop.thread != view.thread:
+            # another thread is paused and shown: the new pass runs beside it, listed
+            return self._with_live(snap)
+        # nothing is paused, or the paused thread went on (a nested pass): show the new pass
+        return self._with_live(self._show(replace(snap, stop=None), view))
 
     def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
-        view = self._snap.pass_
-        if view is None or ev.get("pass") != view.number:
-            return None  # an event of a nested or unknown pass: not shown
-        return view
+        number = ev.get("pass")
+        return self._views.get(number) if isinstance(number, int) else None
+
+    def _update(self, view: PassView, **changes: Any) -> Snapshot:
+        """A snapshot with ``view`` kept as its pass's latest view (shown if it is shown)."""
+        snap = replace(self._snap, **changes)
+        shown = snap.pass_ is not None and snap.pass_.number == view.number
+        if view.ended and not shown:
+            self._views.pop(view.number, None)  # ended out of sight: nothing left to show
+        else:
+            self._views[view.number] = view
+        return replace(snap, pass_=view) if shown else snap
+
+    def _show(self, snap: Snapshot, view: PassView | None) -> Snapshot:
+        """Show ``view``; an ended pass that was shown is forgotten once out of sight."""
+        old = snap.pass_
+        if old is not None and old is not view and old.ended:
+            self._views.pop(old.number, None)
+        return replace(snap, pass_=view)
+
+    def _with_live(self, snap: Snapshot) -> Snapshot:
+        stopped = snap.stop.pass_ if snap.stop is not None else None
+        waiting = {w.pass_ for w in snap.waiting}
+        live = tuple(
+            LivePass(number=v.number, thread=v.thread,
+                     state="stopped" if v.number == stopped
+                     else "waiting" if v.number in waiting else "running")
+            for _, v in sorted(self._views.items()) if not v.ended
+        )
+        return replace(snap, live=live)
 
     def _on_node(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
@@ -421,7 +485,7 @@ class SessionModel:
         del log.executed[view.done:]  # forget anything a newer snapshot never published
         log.executed.append(node_id)
         log.records[node_id] = record
-        return replace(self._snap, pass_=replace(view, done=len(log.executed)), running=True)
+        return self._update(replace(view, done=len(log.executed)), running=True)
 
     def _on_accumulate(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
@@ -451,11 +515,8 @@ class SessionModel:
                 passes_since_zeroed=count,
             )
         )
-        return replace(
-            self._snap,
-            pass_=replace(view, accumulated=len(log.accumulations)),
-            leaf_norms=MappingProxyType(dict(self._leaf_norms)),
-        )
+        return self._update(replace(view, accumulated=len(log.accumulations)),
+                            leaf_norms=MappingProxyType(dict(self._leaf_norms)))
 
     def _on_pass_end(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
@@ -469,7 +530,10 @@ class SessionModel:
             error=str(ev["error"]) if ev.get("error") else None,
             skipped=skipped,
         )
-        return replace(self._snap, pass_=ended, stop=None)
+        snap = self._update(ended)
+        if snap.stop is not None and snap.stop.pass_ == ended.number:
+            snap = replace(snap, stop=None)
+        return self._with_live(snap)
 
     def _on_stopped(self, ev: Mapping[str, Any]) -> Snapshot:
         stop = Stop(
@@ -482,8 +546,28 @@ class SessionModel:
             grad_outputs=_summaries(ev.get("grad_outputs")),
             saved=_saved(ev.get("saved")),
             after=ev.get("after") is True,
+            stop=_int(ev.get("stop")),
+            thread=_str(ev.get("thread")),
+            device=_str(ev.get("device")),
         )
-        return replace(self._snap, stop=stop, running=False)
+        snap = replace(self._snap, stop=stop, running=False,
+                       waiting=tuple(w for w in self._snap.waiting if w.stop != stop.stop
+                                     or stop.stop is None))
+        view = self._views.get(stop.pass_)
+        if view is not None:
+            snap = self._show(snap, view)
+        return self._with_live(snap)
+
+    def _on_waiting(self, ev: Mapping[str, Any]) -> Snapshot:
+        items = []
+        for raw in _tuple(ev.get("stops")):
+            if not isinstance(raw, dict) or _int(raw.get("stop")) is None \
+                    or _int(raw.get("pass")) is None:
+                continue
+            items.append(Waiting(stop=raw["stop"], pass_=raw["pass"], step=_int(raw.get("step")),
+                                 id=_int(raw.get("id")), name=str(raw.get("name", "?")),
+                                 thread=_str(raw.get("thread")), device=_str(raw.get("device"))))
+        return self._with_live(replace(self._snap, waiting=tuple(items)))
 
     def _on_diagnosis(self, ev: Mapping[str, Any]) -> Snapshot | None:
         severity = ev.get("severity")
@@ -508,7 +592,15 @@ class SessionModel:
         tb = ev.get("traceback")
         info = ExitInfo(code=code if isinstance(code, int) else 1,
                         traceback=tb if isinstance(tb, str) and tb else None)
-        return replace(self._snap, exit=info, stop=None, running=False)
+        return replace(self._snap, exit=info, stop=None, running=False, waiting=(), live=())
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def is_nonfinite(value: Any) -> bool:

@@ -48,6 +48,16 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if stop.detail:
             text.append(f" ({stop.detail})", style="yellow")
         text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        if stop.thread is not None:
+            where = f" on {stop.thread}" + (f" ({stop.device})" if stop.device else "")
+            text.append(where, style="dim")
+        count = len(snapshot.waiting)
+        if count:
+            text.append(f"  {count} pass{'es' if count != 1 else ''} waiting",
+                        style="bold magenta")
+            where = ", ".join(f"#{w.pass_}" + (f" on {w.thread}" if w.thread else "")
+                              for w in snapshot.waiting[:2])
+            text.append(f" ({where}{', …' if count > 2 else ''})", style="magenta")
     elif view is not None and view.ended:
         text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
         if view.error:
@@ -68,6 +78,19 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         text.append(f" {key}", style="bold cyan")
         text.append(f" {what}", style="dim")
     return text
+
+
+def live_passes(snapshot: Snapshot, width: int = 0) -> str:
+    """The passes running at once, for the graph panel's lower border ("" for just one);
+    without their threads when that does not fit in ``width`` columns."""
+    live = snapshot.live
+    if len(live) < 2 and not snapshot.waiting:
+        return ""
+    full = " · ".join(f"#{p.number} {p.state}" + (f" ({p.thread})" if p.thread else "")
+                      for p in live)
+    if not width or len(full) + 6 <= width:
+        return full
+    return " · ".join(f"#{p.number} {p.state}" for p in live)
 
 
 class StatusLine(Static):
