@@ -81,9 +81,9 @@ def test_a_cut_off_last_line_opens_the_rest_and_says_so(traces: dict[str, Path],
         assert note is not None and "\n" not in note
         assert "last line is cut off" in note
         assert "did not finish" in note
-        last = index.numbers()[-1]
-        assert not index.passes[last].complete
-        assert index.read(last).end is None
+        unfinished = [n for n, p in index.passes.items() if not p.complete]
+        assert len(unfinished) >= 1  # (threads: the pass cut off is not always the last one)
+        assert all(index.read(n).end is None for n in unfinished)
 
 
 def test_corrupt_lines_in_the_middle_are_skipped_and_counted(traces: dict[str, Path],
