@@ -217,9 +217,12 @@ class Replay:
         return self._go(Position(number, k))
 
     def pass_(self, delta: int) -> bool:
-        """To the start of the next (1) or previous (-1) pass."""
+        """To the start of the next (1) or previous (-1) pass; back from inside a pass goes to
+        its own start first."""
         if self.position is None:
             return False
+        if delta < 0 and (self.position.k > 0 or self.position.after):
+            return self._go(Position(self.position.number, 0))
         i = self.numbers.index(self.position.number) + delta
         if not 0 <= i < len(self.numbers):
             return False
