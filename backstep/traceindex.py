@@ -26,7 +26,8 @@ from backstep.protocol import VERSION
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
-_LINE = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
+_CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 
 class TraceError(Exception):
@@ -38,19 +39,11 @@ class PassIndex:
     """Where one pass's events are in the file, and what its ``pass_begin`` line says."""
 
     number: int
-    begin: dict[str, Any] | None = None
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
+    kinds: bytearray = field(default_factory=bytearray)  # KINDS code of each line
     complete: bool = False
     steps: int = 0
-
-    @property
-    def parent(self) -> int | None:
-        return (self.begin or {}).get("parent")
-
-    @property
-    def thread(self) -> str | None:
-        return (self.begin or {}).get("thread")
 
 
 @dataclass
@@ -73,9 +66,13 @@ class Pass:
 
 
 class TraceIndex:
-    """A trace file opened for reading by pass. Keep it open while reading; ``close()`` after."""
+    """A trace file opened for reading by pass. Keep it open while reading; ``close()`` after.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``partial=True`` scans only until the first pass is complete (a first frame of a huge trace
+    needs no more); ``scan()`` goes on in slices, and ``done`` says when the whole file is in.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False) -> None:
         self.path = os.fspath(path)
         self.session: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
@@ -84,6 +81,10 @@ class TraceIndex:
         self.lines = 0
         self._corrupt: list[int] = []
         self._orphans = 0
+        self._pos = 0
+        self._first = True
+        self._numbers: list[int] = []
+        self.done = False
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
@@ -93,25 +94,38 @@ class TraceIndex:
             if size == 0:
                 raise TraceError(f"{self.path} is empty: no events were recorded")
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-            self._scan()
+            if partial:
+                self.scan(until_pass=True)
+            else:
+                self.scan()
         except BaseException:
             self._file.close()
             raise
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _scan(self) -> None:
+    def scan(self, budget: int | None = None, *, until_pass: bool = False) -> bool:
+        """Index more of the file: ``budget`` bytes, or until one pass is complete, or all of
+        it. True once the whole file is indexed."""
+        if self.done:
+            return True
         data = self._map
-        first = True
+        size = len(data)
+        stop_at = size if budget is None else min(size, self._pos + budget)
+        first = self._first
         head = _HEAD.match
-        for line in _LINE.finditer(data):
-            start, end = line.span()
+        find = data.find
+        start = self._pos
+        while start < stop_at:
+            newline = find(b"\n", start)
+            end = size if newline < 0 else newline + 1
             self.lines += 1
             match = head(data, start, min(end, start + 64))
             if match is not None and data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}":
                 match = None  # not a whole line: let the parser decide
             if match is None:
                 if data[start:end].strip() == b"":
+                    start = end
                     continue
                 event = self._parse(start, end)
                 if first and event is None:
@@ -119,6 +133,7 @@ class TraceIndex:
                                      "JSON event; write one with `backstep trace`)")
                 if event is None:
                     self._corrupt.append(self.lines)
+                    start = end
                     continue
                 kind, number = event.get("event"), event.get("pass")
             else:
@@ -128,14 +143,29 @@ class TraceIndex:
                 first = False
                 if kind != "session":
                     self.problems.append("no session line at the start")
-            if kind == "session":
+            if kind in _CODE and isinstance(number, int):
+                self._add(kind, number, start, end)
+                if until_pass and kind == "pass_end":
+                    start = end
+                    break
+            elif kind == "session":
                 self.session = self._parse(start, end)
                 self._check_version()
             elif kind == "exit":
                 self.exit = self._parse(start, end)
-            elif kind in ("pass_begin", "node", "accumulate", "pass_end", "diagnosis",
-                          "graph_released") and isinstance(number, int):
-                self._add(kind, number, start, end)
+            start = end
+        self._pos, self._first = start, first
+        self._numbers = sorted(self.passes)
+        if start < size:
+            if self.session is None and not self.passes:
+                return self.scan(budget, until_pass=until_pass)  # nothing to show yet
+            return False
+        self.done = True
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
+        data = self._map
         if self.session is None and not self.passes:
             raise TraceError(f"{self.path} is not a backstep trace (no session or pass events)")
         if self._corrupt:
@@ -156,11 +186,7 @@ class TraceIndex:
     def _add(self, kind: str, number: int, start: int, end: int) -> None:
         index = self.passes.get(number)
         if kind == "pass_begin":
-            begin = self._parse(start, end)
-            if begin is None:
-                self._corrupt.append(self.lines)
-                return
-            index = self.passes[number] = PassIndex(number, begin)
+            index = self.passes[number] = PassIndex(number)  # parsed when read
         elif index is None:
             self._orphans += 1
             return
@@ -170,6 +196,7 @@ class TraceIndex:
             index.steps += 1
         index.starts.append(start)
         index.ends.append(end)
+        index.kinds.append(_CODE[kind])
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
         try:
@@ -187,25 +214,39 @@ class TraceIndex:
     # -- reading ---------------------------------------------------------------------------
 
     def numbers(self) -> list[int]:
-        """Pass numbers in order."""
-        return sorted(self.passes)
+        """Pass numbers in order (so far, while a partial index is still scanning)."""
+        return self._numbers
+
+    def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
+        """Only the events of these kinds of one pass (e.g. its accumulations), in order."""
+        index = self.passes[number]
+        codes = {_CODE[k] for k in kinds if k in _CODE}
+        found = []
+        for start, end, code in zip(index.starts, index.ends, index.kinds, strict=True):
+            if code in codes:
+                event = self._parse(start, end)
+                if event is not None:
+                    found.append(event)
+        return found
 
     def read(self, number: int) -> Pass:
         """Parse one pass's lines (and only those). Unreadable lines are left out."""
         index = self.passes[number]
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
+        begin: dict[str, Any] = {}
         for start, end in zip(index.starts, index.ends, strict=True):
             event = self._parse(start, end)
             if event is None:
                 continue
             kind = event.get("event")
             if kind == "pass_begin":
+                begin = event
                 continue
             if kind == "pass_end":
                 end_event = event
             events.append(event)
-        return Pass(number, index.begin or {}, events, end_event)
+        return Pass(number, begin, events, end_event)
 
     def note(self) -> str | None:
         """What is wrong with the file, in one line, or None when nothing is."""

@@ -127,3 +127,17 @@ def test_a_file_that_is_not_a_trace_is_a_trace_error(tmp_path: Path, content: by
 def test_a_missing_file_is_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot open"):
         TraceIndex(tmp_path / "nope.jsonl")
+
+
+def test_a_partial_index_shows_the_first_pass_then_scans_in_slices(traces) -> None:
+    with TraceIndex(traces["full"]) as whole, TraceIndex(traces["full"], partial=True) as part:
+        assert not part.done and part.numbers() == [1]
+        assert part.read(1).events == whole.read(1).events
+        slices = 0
+        while not part.scan(2000):
+            slices += 1
+        assert slices > 3 and part.done
+        assert part.numbers() == whole.numbers()
+        for number in whole.numbers():
+            assert part.read(number).events == whole.read(number).events
+        assert part.note() == whole.note() is None

@@ -40,12 +40,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"backstep show: {exc}", file=sys.stderr)
         return 2
     try:
-        index = TraceIndex(args.trace)
+        index = TraceIndex(args.trace, partial=True)
     except TraceError as exc:
         print(f"backstep show: {exc}", file=sys.stderr)
         return 2
     with index:
-        note = index.note()
+        note = index.note() if index.done else None
         if note:
             print(f"backstep show: note: {note}", file=sys.stderr)
         if not index.numbers():

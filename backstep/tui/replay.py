@@ -134,12 +134,17 @@ class Replay:
 
     def __init__(self, index: TraceIndex) -> None:
         self.index = index
-        self.numbers = index.numbers()
-        self.position: Position | None = Position(self.numbers[0], 0) if self.numbers else None
+        numbers = index.numbers()
+        self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
         self._carried: dict[int, list[dict[str, Any]]] = {}
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
+
+    @property
+    def numbers(self) -> list[int]:
+        """The passes indexed so far (all of them once the index is done)."""
+        return self.index.numbers()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -159,8 +164,7 @@ class Replay:
         start = max((n for n in self._carried if n <= earlier[-1]), default=None)
         carried = self._carried[start] if start is not None else []
         for last in earlier[earlier.index(start) + 1 if start is not None else 0:]:
-            events = [e for e in self.index.read(last).events
-                      if e.get("event") in ("accumulate", "diagnosis")]
+            events = self.index.read_kinds(last, {"accumulate", "diagnosis"})
             carried = _compact([*carried, *events], last)
             if len(self._carried) < 2 or earlier.index(last) % CARRY_EVERY == 0:
                 self._carried[last] = carried

@@ -24,6 +24,7 @@ from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
 from backstep.tui.status import REASONS, StatusLine
 
+SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
 
@@ -87,15 +88,29 @@ class ReplayApp(BackstepApp):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self._post()
+        if self.replay.index.done:
+            self._indexed()
+        else:  # a large trace: the rest is indexed in slices between keys
+            self._scanning = self.set_interval(0.02, self._scan_more)
+
+    def _scan_more(self) -> None:
+        if self.replay.index.scan(SCAN_SLICE):
+            self._scanning.stop()
+            self._indexed()
+        self._refresh_status()
+
+    def _indexed(self) -> None:
+        """The whole file is indexed: say what it holds, and what is wrong with it."""
         console = self.query_one(ConsolePanel)
         console.note(f"replaying {self.replay.index.path}: {len(self.replay.numbers)} pass(es)")
+        self.note = self.note or self.replay.index.note()
         if self.note:
             console.note(self.note)
             self.notify(self.note, severity="warning", timeout=6)
         exit_event = self.replay.index.exit
         if exit_event is not None and exit_event.get("traceback"):
             console.show_traceback(str(exit_event["traceback"]))
-        self._post()
 
     def _post(self) -> None:
         self.post_message(SnapshotReady(self.replay.snapshot()))
@@ -163,7 +178,8 @@ def replay_status(app: ReplayApp) -> Text:
     pos = app.replay.position
     if view is not None and pos is not None:
         total = app.replay.timeline(pos.number).count
-        text.append(f" pass {view.number}/{app.replay.numbers[-1]} ", style="bold reverse")
+        last = app.replay.numbers[-1] if app.replay.index.done else "…"
+        text.append(f" pass {view.number}/{last} ", style="bold reverse")
         text.append(f" {view.api}", style="bold")
         if view.retain_graph:
             text.append(" retain_graph", style="yellow")
