@@ -18,6 +18,7 @@ from typing import Any
 
 from backstep.traceindex import Pass, TraceIndex
 from backstep.tui.model import SessionModel, Snapshot, Stop, _saved, _summaries
+from backstep.tui.model import number as number_of
 
 CARRY_EVERY = 32
 
@@ -36,7 +37,7 @@ class Position:
 class PassTimeline:
     """One pass, fed to a fresh model a node at a time, as far as anyone has looked."""
 
-    def __init__(self, index: TraceIndex, number: int, carried: list[dict[str, Any]]) -> None:
+    def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
         self.pass_: Pass = index.read(number)
         self.nodes = {n["id"]: n for n in self.pass_.nodes}
@@ -45,8 +46,7 @@ class PassTimeline:
         self.model = SessionModel()
         if index.session is not None:
             self.model.apply(index.session)
-        for event in carried:
-            self.model.apply(event)
+        carried.feed(self.model)
         self.model.apply(self.pass_.begin)
         self._events = iter(self.pass_.events)
         self._snaps: list[Snapshot] = []  # before node k
@@ -137,7 +137,7 @@ class Replay:
         numbers = index.numbers()
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
-        self._carried: dict[int, list[dict[str, Any]]] = {}
+        self._carried: dict[int, Carry] = {}
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
 
@@ -154,22 +154,20 @@ class Replay:
             self._timeline = PassTimeline(self.index, number, self._carry(number))
         return self._timeline
 
-    def _carry(self, number: int) -> list[dict[str, Any]]:
-        """What earlier passes leave behind in the model: each leaf's ``.grad`` and how many
-        passes accumulated into it, and the diagnoses so far (as events to feed). Kept for a
-        few passes only (every ``CARRY_EVERY``-th and the latest), built forward from there."""
+    def _carry(self, number: int) -> Carry:
+        """What earlier passes leave behind, folded forward pass by pass from the nearest
+        remembered point (every ``CARRY_EVERY``-th pass and the latest are remembered)."""
         earlier = [n for n in self.numbers if n < number]
         if not earlier:
-            return []
+            return Carry()
         start = max((n for n in self._carried if n <= earlier[-1]), default=None)
-        carried = self._carried[start] if start is not None else []
+        carry = self._carried[start] if start is not None else Carry()
         for last in earlier[earlier.index(start) + 1 if start is not None else 0:]:
-            events = self.index.read_kinds(last, {"accumulate", "diagnosis"})
-            carried = _compact([*carried, *events], last)
-            if len(self._carried) < 2 or earlier.index(last) % CARRY_EVERY == 0:
-                self._carried[last] = carried
-        self._carried[earlier[-1]] = carried
-        return carried
+            carry = carry.fold(last, self.index.read_kinds(last, {"accumulate", "diagnosis"}))
+            if earlier.index(last) % CARRY_EVERY == 0:
+                self._carried[last] = carry
+        self._carried[earlier[-1]] = carry
+        return carry
 
     def snapshot(self) -> Snapshot:
         self._seq += 1
@@ -275,21 +273,40 @@ def _beyond(here: Position, pos: Position, direction: int) -> bool:
     return a > b if direction > 0 else a < b
 
 
-def _compact(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
-    """Drop what the model would forget anyway: keep each leaf's accumulations since it was
-    last zeroed (they make its count of passes) and every diagnosis."""
-    keep: list[dict[str, Any]] = []
-    since_zero: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        if event.get("event") != "accumulate":
-            continue
-        before = event.get("before")
-        leaf = str(event.get("leaf"))
-        if before is None or before.get("norm") in (0, 0.0):
-            since_zero[leaf] = []
-        since_zero.setdefault(leaf, []).append(event)
-    diagnoses = [e for e in events if e.get("event") == "diagnosis"]
-    for group in since_zero.values():
-        keep += [{**e, "pass": last} for e in group]
-    return [{"event": "pass_begin", "pass": last, "nodes": []}, *keep, *diagnoses,
-            {"event": "pass_end", "pass": last, "status": "ok"}]
+@dataclass(frozen=True)
+class Carry:
+    """What the model keeps from earlier passes: each leaf's last accumulation and how many
+    passes have accumulated into it since it was zeroed, and the diagnoses so far."""
+
+    number: int = 0
+    leaves: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    diagnoses: tuple[dict[str, Any], ...] = ()
+
+    def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
+        leaves = {leaf: (count, event) for leaf, count, event in self.leaves}
+        diagnoses = list(self.diagnoses)
+        for event in events:
+            if event.get("event") == "diagnosis":
+                diagnoses.append(event)
+                continue
+            leaf = event.get("leaf")
+            if not isinstance(leaf, str):
+                continue
+            before = event.get("before")
+            zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
+            count = 1 if zeroed else leaves.get(leaf, (1, None))[0] + 1
+            leaves[leaf] = (count, event)
+        return Carry(number, tuple((k, c, e) for k, (c, e) in leaves.items()), tuple(diagnoses))
+
+    def feed(self, model: SessionModel) -> None:
+        """Bring a fresh model to where it was after pass ``number``."""
+        if self.leaves:
+            model.apply({"event": "pass_begin", "pass": self.number, "nodes": []})
+            for leaf, count, event in self.leaves:
+                # the model counts passes since a leaf was zeroed; it gets the last accumulation
+                # only, so it is told the count before it (the live model reached it one by one)
+                model._zeroed_counts[leaf] = count - 1
+                model.apply({**event, "pass": self.number})
+            model.apply({"event": "pass_end", "pass": self.number, "status": "ok"})
+        for event in self.diagnoses:
+            model.apply(event)
