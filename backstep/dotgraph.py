@@ -44,6 +44,10 @@ def statuses(one: Pass) -> dict[int, str]:
             status[event["id"]] = "nan"
         else:
             status[event["id"]] = "ran"
+    for event in one.events:  # a leaf whose .grad is now non-finite
+        after = event.get("after") if event.get("event") == "accumulate" else None
+        if after and after.get("nonfinite") and status.get(event.get("id")) == "ran":
+            status[event["id"]] = "nan"
     rest = "skipped" if one.end is not None else "pending"
     for node in one.nodes:
         status.setdefault(node["id"], rest)

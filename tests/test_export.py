@@ -57,7 +57,7 @@ def test_a_pass_exports_with_status_colours_norms_and_leaf_grads(trace, capsysbi
     sqrt = node_line(dot, "SqrtBackward0")
     assert "nan.py:14" in sqrt and "(nan)" in sqrt and "#ffcc80" in sqrt
     leaf_a = node_line(dot, "AccumulateGrad\\nleaf a")
-    assert ".grad norm nan" in leaf_a
+    assert ".grad norm nan" in leaf_a and "#ffcc80" in leaf_a
     leaf_b = node_line(dot, "AccumulateGrad\\nleaf b")
     assert "(skipped)" in leaf_b and "#eeeeee" in leaf_b and ".grad" not in leaf_b
     mul = node_line(dot, "MulBackward0")
