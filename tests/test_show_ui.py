@@ -141,3 +141,17 @@ def test_show_end_to_end_in_a_terminal(trace: Path, tmp_path: Path) -> None:
         assert ui.wait() == 0
     finally:
         ui.kill()
+
+
+@pilot
+async def test_help_lists_the_replay_keys(trace: Path) -> None:
+    from backstep.tui.replay_app import ReplayHelp
+
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await press(pilot, "question_mark")
+            assert isinstance(app.screen, ReplayHelp)
+            await press(pilot, "escape")
+            assert not isinstance(app.screen, ReplayHelp)

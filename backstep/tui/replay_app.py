@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +21,7 @@ from textual.widgets import Input, Static
 from backstep.traceindex import TraceIndex
 from backstep.tui.app import BackstepApp
 from backstep.tui.console import ConsolePanel
+from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
 from backstep.tui.status import REASONS, StatusLine
@@ -27,6 +29,34 @@ from backstep.tui.status import REASONS, StatusLine
 SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
+
+
+REPLAY_KEYS = (
+    ("n / p", "a node forward / back (back shows exactly what was shown live there)"),
+    ("c / C", "on to the next / previous breakpoint or pass start"),
+    ("[ / ]", "the start of this or the previous pass / the next pass"),
+    ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
+    ("b / B", "breakpoints for c / C: the selected node's type / conditions"),
+    ("d / D", "next / previous diagnosis; x dismisses the banner"),
+    ("tab", "move between panels; arrows move in the graph"),
+    ("?", "this help"),
+    ("q", "quit"),
+)
+
+
+class ReplayHelp(HelpScreen):
+    """The keys of a replay."""
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, padding=(0, 2), show_header=False)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for key, what in REPLAY_KEYS:
+            table.add_row(key, what)
+        with Vertical(id="help-box"):
+            yield Static("backstep show — keys", id="help-title")
+            yield Static(table)
+            yield Static("escape closes", classes="dim-hint")
 
 
 def parse_goto(text: str, current: int | None) -> tuple[int, int | None] | None:
@@ -153,6 +183,9 @@ class ReplayApp(BackstepApp):
             self._moved(self.replay.jump(*target), f"no pass {target[0]} in this trace")
 
         self.push_screen(GotoDialog(), done)
+
+    def action_help(self) -> None:
+        self.push_screen(ReplayHelp())
 
     def action_interrupt(self) -> None:
         self.exit(0)
