@@ -133,3 +133,17 @@ def test_continue_stops_where_the_engine_would(run) -> None:
         assert replay.find([{"kind": "norm", "above": 1e9}, {"kind": "module", "pattern": "x"}],
                            -1)  # back to the start of pass 2
         assert replay.position == Position(2, 0)
+
+
+def test_moves_past_a_partial_index_index_the_rest(run) -> None:
+    _, trace = run
+    for move in (lambda r: r.pass_(1), lambda r: r.jump(3), lambda r: r.find([], 1)):
+        with TraceIndex(trace, partial=True) as index:
+            replay = Replay(index)
+            assert replay.numbers == [1]
+            assert move(replay) and replay.position.number > 1
+    with TraceIndex(trace, partial=True) as index:
+        replay = Replay(index)
+        for _ in range(6):
+            assert replay.step(1)
+        assert replay.step(1) and replay.position == Position(2, 0)

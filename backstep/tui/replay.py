@@ -141,6 +141,11 @@ class Replay:
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
 
+    def _all(self) -> None:
+        """Index the rest of the file now (a move past what a partial index has seen)."""
+        if not self.index.done:
+            self.index.scan()
+
     @property
     def numbers(self) -> list[int]:
         """The passes indexed so far (all of them once the index is done)."""
@@ -201,6 +206,8 @@ class Replay:
         i = self.numbers.index(pos.number)
         if k > self.timeline(pos.number).count:
             if i + 1 >= len(self.numbers):
+                self._all()
+            if i + 1 >= len(self.numbers):
                 return False
             return self._go(Position(self.numbers[i + 1], 0))
         if k < 0:
@@ -212,6 +219,8 @@ class Replay:
 
     def jump(self, number: int, step: int | None = None) -> bool:
         """To pass ``number``, before its node of step ``step`` (1-based; None: the start)."""
+        if number not in self.index.passes:
+            self._all()
         if number not in self.index.passes:
             return False
         count = self.timeline(number).count
@@ -226,6 +235,8 @@ class Replay:
         if delta < 0 and (self.position.k > 0 or self.position.after):
             return self._go(Position(self.position.number, 0))
         i = self.numbers.index(self.position.number) + delta
+        if i >= len(self.numbers):
+            self._all()
         if not 0 <= i < len(self.numbers):
             return False
         return self._go(Position(self.numbers[i], 0))
@@ -237,6 +248,8 @@ class Replay:
         pos = self.position
         if pos is None:
             return False
+        if direction > 0:
+            self._all()
         i = self.numbers.index(pos.number)
         order = self.numbers[i:] if direction > 0 else self.numbers[i::-1]
         for number in order:
