@@ -147,3 +147,25 @@ def test_moves_past_a_partial_index_index_the_rest(run) -> None:
         for _ in range(6):
             assert replay.step(1)
         assert replay.step(1) and replay.position == Position(2, 0)
+
+
+@pytest.mark.parametrize("options", [(), ("--no-source",)])
+def test_traces_of_every_kind_replay_end_to_end(tmp_path: Path, options: tuple[str, ...]) -> None:
+    """Retained graphs, a nested pass, two threads' interleaved passes, with and without
+    source: every position of every pass replays, forward and back."""
+    from tests.replay_traces import EVERYTHING, record
+
+    trace = record(tmp_path, "everything", EVERYTHING, *options)
+    with TraceIndex(trace) as index:
+        replay = Replay(index)
+        expected = sum(index.passes[n].steps + 1 for n in index.numbers())
+        seen = [replay.snapshot()]
+        while replay.step(1):
+            seen.append(replay.snapshot())
+        assert len(seen) == expected
+        assert any(s.pass_.parent is not None for s in seen)  # the nested pass
+        ends = [s for s in seen if s.stop is None]
+        assert len(ends) == len(index.numbers()) and all(s.pass_.ended for s in ends)
+        while replay.step(-1):
+            pass
+        assert replay.position == Position(index.numbers()[0], 0)
