@@ -73,6 +73,15 @@ class AttachLink:
     def send(self, message: dict[str, Any]) -> bool:
         return self.channel.send(message) if self.channel is not None else False
 
+    stdin_reopens = True  # ctrl+d ends one read: the terminal goes on after it
+
+    def write_stdin(self, text: str) -> bool:
+        """A line typed in the console, for the script's stdin while this UI is up."""
+        return self.send({"cmd": "stdin", "data": text})
+
+    def close_stdin(self) -> None:
+        self.send({"cmd": "stdin", "data": ""})
+
     def close(self) -> None:
         if self.channel is not None:
             self.channel.send({"cmd": "detach"})

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import termios
@@ -25,9 +26,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from backstep import launcher, protocol, transport
+from backstep.engine.torch_api import check_imported
 
 _lock = threading.RLock()
 _current: _Attachment | None = None
+_torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
 UI_COMMAND = [sys.executable, "-m", "backstep.attach_ui"]  # then --console R1,R2 --options JSON
 
@@ -44,7 +47,11 @@ def attach(
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
-    global _current
+    global _current, _torch_warned
+    from backstep.engine.forks import in_multiprocessing_child
+
+    if in_multiprocessing_child():  # a spawned worker importing the script's top level
+        return
     with _lock:
         if _current is not None and _current.active:
             return
@@ -59,6 +66,13 @@ def attach(
             return
         else:
             _current = _UIAttachment(parsed, stop_at_pass_start, source)
+        problem = check_imported()  # before anything is armed: the script runs untouched
+        if problem is not None:
+            _current = None
+            if not _torch_warned:
+                _torch_warned = True
+                print(f"{problem} (the script continues without backstep)", file=sys.stderr)
+            return
         try:
             _current.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the script
@@ -93,10 +107,14 @@ class _Attachment:
         self.capture: Any = None
         self.provenance: Any = None
         self.diagnostician: Any = None
+        self._unfork: Any = None
 
     def _arm(self, sink: Any, controller: Any, record: bool) -> None:
+        from backstep.engine import forks
         from backstep.engine.capture import Capture
         from backstep.engine.diagnostics import Diagnostician
+
+        self._unfork = forks.on_fork_child(self._after_fork)
 
         self.diagnostician = Diagnostician(sink)
         self.diagnostician.install()
@@ -110,8 +128,27 @@ class _Attachment:
             self.capture.annotate = annotate
         self.active = True
 
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker...): disarm without a word to the UI or the
+        trace, forget the parent's UI and files, and let a later attach() start afresh."""
+        global _current, _lock
+        _lock = threading.RLock()  # a parent thread may have held it at fork time
+        _current = None
+        self._unfork = None
+        if self.capture is not None:
+            self.capture.sink = self.capture.controller = None
+            self.capture._released_queue = []
+        self._disarm()
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Let go of what the parent owns, without flushing, shutting down or locking."""
+
     def _disarm(self) -> None:
         self.active = False
+        if self._unfork is not None:
+            self._unfork()
+            self._unfork = None
         if self.provenance is not None:
             self.provenance.uninstall()
             self.provenance = None
@@ -148,6 +185,12 @@ class _TraceAttachment(_Attachment):
         self._arm(self.recorder, None, record=True)
         atexit.register(self.stop)
 
+    def _abandon(self) -> None:
+        atexit.unregister(self.stop)
+        if self.recorder is not None:
+            self.recorder.abandon()
+        self.stream = None
+
     def stop(self) -> None:
         if self.stream is None:
             return
@@ -173,6 +216,8 @@ class _UIAttachment(_Attachment):
         self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (read end, write end)
         self._restore_lock = threading.Lock()
         self.terminal: list[Any] | None = None  # fd 0's terminal modes before the UI came up
+        self._stdin_lines: queue.Queue[str | None] = queue.Queue()  # typed in the console
+        self._stdin: Any = None  # the RoutedStdin standing in for sys.stdin while the UI is up
 
     def start(self) -> None:
         try:
@@ -214,6 +259,7 @@ class _UIAttachment(_Attachment):
         sink.emit(session_event(list(sys.argv)))
         self._arm(sink, self.controller, record=False)
         self._redirect()
+        self._route_stdin()
         threading.Thread(target=self._serve, name="backstep-attach", daemon=True).start()
         atexit.register(self._at_exit)
 
@@ -225,6 +271,29 @@ class _UIAttachment(_Attachment):
             os.dup2(write_end, fd)
             os.close(write_end)
 
+    def _route_stdin(self) -> None:
+        """While the UI owns the terminal, the script's stdin reads take the console's lines."""
+        from backstep.engine.input_wait import RoutedStdin
+
+        self._stdin = RoutedStdin(sys.stdin, self._stdin_line)
+        sys.stdin = self._stdin
+
+    def _unroute_stdin(self) -> None:
+        """The terminal is the script's again: a read waiting for the console reads it."""
+        if self._stdin is not None:
+            if sys.stdin is self._stdin:
+                sys.stdin = self._stdin._original
+            self._stdin = None
+            self._stdin_lines.put(None)
+
+    def _stdin_line(self) -> str | None:
+        """The next line typed in the console ("" for ctrl+d); None once the UI is gone."""
+        channel = self.channel
+        if channel is None or self._stdin is None:
+            return None
+        channel.send({"event": "input"})
+        return self._stdin_lines.get()
+
     def _serve(self) -> None:
         """Feed the UI's commands to the controller until it leaves. Its ``detach`` is not
         passed on: releasing the paused script must wait until the UI has given the terminal
@@ -235,6 +304,10 @@ class _UIAttachment(_Attachment):
             for message in channel.incoming():
                 if message.get("cmd") == "detach":
                     break
+                if message.get("cmd") == "stdin":  # a line for the script, not the controller
+                    data = message.get("data")
+                    self._stdin_lines.put(data if isinstance(data, str) else "")
+                    continue
                 self.controller.feed(message)
         finally:
             self.stop()
@@ -248,6 +321,7 @@ class _UIAttachment(_Attachment):
             # then the fds: once the paused script is released, everything it prints must reach
             # the terminal, not a pipe that the exiting UI may still be reading
             self._restore_fds()
+            self._unroute_stdin()
             if self.controller is not None:
                 self.controller.close()
             self._disarm()
@@ -257,6 +331,29 @@ class _UIAttachment(_Attachment):
             if self.listener is not None:
                 self.listener.close()
                 self.listener = None
+
+    def _abandon(self) -> None:
+        """The fork's fds 1 and 2 stay on the console pipe, as its parent's are: its output
+        shows in the UI while that is up."""
+        atexit.unregister(self._at_exit)
+        if self._stdin is not None and sys.stdin is self._stdin:
+            sys.stdin = self._stdin._original
+        self._stdin = None
+        self.process = None  # not this process's child
+        self.controller = None
+        if self.channel is not None:
+            self.channel.abandon()
+            self.channel = None
+        if self.listener is not None:  # the socket only: the directory is the parent's
+            with contextlib.suppress(OSError):
+                self.listener.server.close()
+            self.listener = None
+        for fd in [*self.saved_fds.values(), *(read for read, _ in self.pipes.values())]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.saved_fds = {}
+        self.pipes = {}
+        self.terminal = None
 
     def _end_ui(self) -> None:
         """Wait for the UI to leave (end it if the script detaches on its own), then put the
@@ -290,14 +387,13 @@ class _UIAttachment(_Attachment):
                 stream.flush()
         for fd, saved in self.saved_fds.items():
             os.dup2(saved, fd)
-        # what the script wrote that the UI never showed still reaches the terminal
+        # what the script wrote that the UI never showed still reaches the terminal, and so
+        # does what forked children (still on the pipes) write later, until they let go
+        from backstep.engine.outlive import drain, forward_in_background
+
         for fd, (read_end, _) in self.pipes.items():
-            os.set_blocking(read_end, False)
-            with contextlib.suppress(OSError):
-                while chunk := os.read(read_end, 65536):
-                    os.write(fd, chunk)
-            with contextlib.suppress(OSError):
-                os.close(read_end)
+            drain(read_end, fd)
+            forward_in_background(read_end, fd)
         for saved in self.saved_fds.values():
             with contextlib.suppress(OSError):
                 os.close(saved)

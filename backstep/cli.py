@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from backstep import __version__
@@ -31,6 +32,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    return int(args.handler(args) or 0)
+    """Run one command. When our stdout is closed early (``backstep demo | head``), end quietly
+    with status 1, as Python's documentation advises; a script's own output is not ours: what
+    ``trace`` runs meets a closed pipe exactly as under plain python."""
+    script_stdout = False
+    try:
+        try:
+            parser = build_parser()
+            args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+            script_stdout = bool(getattr(args, "script_stdout", False))
+            return int(args.handler(args) or 0)
+        finally:
+            if not script_stdout:
+                sys.stdout.flush()  # here, where a closed pipe can still be caught
+    except BrokenPipeError:
+        _discard_stdout()
+        return 1
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's last flush has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -10,12 +10,14 @@ half-way and ``killpg`` reaches anything it spawned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,40 +48,83 @@ class Debuggee:
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: transport.Channel | None = None
         self._pumps: list[threading.Thread] = []
+        self.stdin: int | None = None  # the write end of the script's stdin
         self._closed = False
         self._lock = threading.Lock()
+        self._stdin_lock = threading.Lock()
 
     def start(self) -> None:
         """Listen, then start the child with the socket path in its environment and the token
-        in an inherited pipe (``transport.Listener.handoff``)."""
+        in an inherited pipe (``transport.Listener.handoff``).
+
+        Its stdout and stderr are pipes read here; the child gets copies of their read ends
+        (and this terminal's name) so that it outlives a UI that dies (``engine.outlive``).
+        Its stdin is a pipe from here: the console's input line writes into it."""
+        from backstep.engine import outlive
+
         self.listener = transport.Listener()
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        in_read, in_write = os.pipe()
         env = dict(os.environ)
         env.update(self.extra_env)
         env.update(self.listener.handoff())
         env.setdefault("PYTHONUNBUFFERED", "1")  # the console panel shows output as it happens
+        env[outlive.ENV_OUTPUT] = f"{out_read},{err_read}"
+        terminal = outlive.terminal_path()
+        if terminal is not None:
+            env[outlive.ENV_TERMINAL] = terminal
         try:
             self.process = subprocess.Popen(
                 self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=in_read,
+                stdout=out_write,
+                stderr=err_write,
                 cwd=self.cwd,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=self.listener.pass_fds,
+                pass_fds=(*self.listener.pass_fds, out_read, err_read),
             )
         except OSError:
+            for fd in (out_read, err_read, in_write):
+                os.close(fd)
             self.listener.close()
             self.listener = None
             raise
+        finally:
+            for fd in (out_write, err_write, in_read):
+                os.close(fd)
         self.listener.handed_off()
-        assert self.process.stdout is not None and self.process.stderr is not None
-        for name, pipe in (("stdout", self.process.stdout), ("stderr", self.process.stderr)):
-            thread = threading.Thread(target=self._pump, args=(pipe.fileno(), name),
+        os.set_blocking(in_write, False)  # a script that never reads must not block the UI
+        self.stdin = in_write
+        for name, fd in (("stdout", out_read), ("stderr", err_read)):
+            thread = threading.Thread(target=self._pump, args=(fd, name),
                                       name=f"backstep-{name}", daemon=True)
             thread.start()
             self._pumps.append(thread)
+
+    def write_stdin(self, text: str) -> bool:
+        """Send what the person typed to the script's stdin; False once that is closed."""
+        data = text.encode()
+        with self._stdin_lock:
+            fd = self.stdin
+            if fd is None:
+                return False
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                return False
+        return True
+
+    def close_stdin(self) -> None:
+        """End of input for the script (ctrl+d in the console)."""
+        with self._stdin_lock:
+            fd, self.stdin = self.stdin, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _pump(self, fd: int, name: str) -> None:
         """Forward everything the child writes, as soon as it writes it, until EOF."""
@@ -113,6 +158,8 @@ class Debuggee:
                 self.on_output(decoder_buffer.decode("utf-8", errors="replace"), name)
             except Exception:  # noqa: BLE001
                 pass
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def accept(self, timeout: float = 60.0) -> transport.Channel | None:
         """Wait for the child to connect; None if it died first, the debuggee was closed
@@ -162,6 +209,7 @@ class Debuggee:
             except OSError:
                 pass
             self.channel.close()
+        self.close_stdin()
         code = self.wait(grace) if self.process is not None else None
         if self.process is not None and code is None:
             self._signal(signal.SIGTERM)
@@ -169,10 +217,28 @@ class Debuggee:
             if code is None:
                 self._signal(signal.SIGKILL)
                 code = self.wait(5.0)
+        if self.process is not None:
+            self._end_group(kill_after)
         self.wait_output(0.5)
         if self.listener is not None:
             self.listener.close()
         return code
+
+    def _end_group(self, kill_after: float) -> None:
+        """What the script forked or spawned in its session (a DataLoader worker, a bare fork)
+        ends with it, even once the debuggee itself is gone: SIGTERM, then SIGKILL."""
+        assert self.process is not None
+        group = self.process.pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.monotonic() + kill_after
+            while time.monotonic() < deadline:
+                if not _group_alive(group):
+                    return
+                time.sleep(0.02)
 
     def _signal(self, sig: int) -> None:
         assert self.process is not None
@@ -190,6 +256,29 @@ class Debuggee:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (zombies waiting for their reaper don't)."""
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _utf8_length(first: int) -> int:

@@ -22,6 +22,7 @@ Events (DESIGN.md names the first five; do not rename them):
               in line behind the shown stop, longest waiting first (sent when the line changes)
   diagnosis   pass, kind, message, node, source
   tensor      req, ... the answer to a ``tensor`` command
+  input       the script is about to wait on its stdin (the console offers an input line)
   exit        code: the script ended (normally, by sys.exit, or by an uncaught exception)
   error       message, req: a command could not be served
 
@@ -33,6 +34,9 @@ Commands (UI -> debuggee):
   break       breakpoints: replaces the whole list
   options     stop_at_pass_start
   tensor      req, pass, node, slot ("grad_outputs" | "grad_inputs"), index, offset, limit
+  stdin       data: a line typed for the script ("" = end of input). Under ``attach()`` only,
+              where the UI holds the terminal; it is taken before validation and never reaches
+              the controller. Under ``backstep run`` the script's stdin is a pipe from the UI.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ EVENTS = frozenset(
         "diagnosis",
         "tensor",
         "waiting",
+        "input",
         "exit",
         "error",
     }

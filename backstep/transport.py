@@ -51,6 +51,7 @@ class Channel:
         self._file = sock.makefile("rb")
         self._send_lock = threading.Lock()
         self.closed = False
+        self.abandoned = False
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send one message; False (never an exception) once the peer is gone."""
@@ -111,6 +112,8 @@ class Channel:
     def close(self) -> None:
         """Close from any thread: shutting the socket down first wakes a reader blocked in
         ``receive`` (closing its buffered file first would wait on that reader's lock)."""
+        if self.abandoned:
+            return
         self.closed = True
         for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
                        self._file.close):
@@ -118,6 +121,20 @@ class Channel:
                 closer()
             except OSError:
                 pass
+
+    def abandon(self) -> None:
+        """In a forked child: drop the inherited socket without shutting it down (that would cut
+        the parent's connection) and without the reader's buffered-file lock, which a parent
+        thread may have held at fork time (the raw file is closed, so the buffered one is never
+        flushed or closed again). ``close`` and ``send`` are no-ops afterwards."""
+        from backstep.engine.forks import abandon_file
+
+        self.closed = self.abandoned = True
+        abandon_file(self._file)
+        try:
+            self.sock.close()  # the fd only: no shutdown
+        except OSError:
+            pass
 
 
 def peer_uid(sock: socket.socket) -> int | None:

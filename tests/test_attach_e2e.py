@@ -139,3 +139,72 @@ def test_attach_twice_is_harmless_and_reopens_after_quit(tmp_path: Path) -> None
         assert session.wait(60) == 0
     finally:
         session.kill()
+
+
+STDIN_SCRIPT = textwrap.dedent("""\
+    import torch
+    import backstep
+    backstep.attach()
+    print("hello", repr(input("name? ")), flush=True)
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    print("waiting", flush=True)
+    print("again", repr(input("again? ")), "grad", x.grad.item(), flush=True)
+""")
+
+
+def test_stdin_goes_to_the_ui_while_it_is_up_and_to_the_script_after(tmp_path: Path) -> None:
+    (tmp_path / "ask.py").write_text(STDIN_SCRIPT)
+    session = Pty(["ask.py"], tmp_path)
+    try:
+        session.expect(r"the script reads stdin", timeout=90)
+        session.press("Ada\r")  # into the console's input line, not the terminal
+        session.expect(r"hello 'Ada'", timeout=30)
+        session.expect(r"stopped: start of pass", timeout=30)
+        session.press("c")
+        session.expect(r"the script reads stdin", timeout=30)
+        session.press("\x1b")  # leave the line open, go back to the graph
+        session.pump(1.0)
+        session.press("q")  # the UI goes; the waiting input() now reads the terminal
+        end = time.monotonic() + 30
+        while b"\x1b[?1049l" not in session.raw and time.monotonic() < end:
+            session.pump(0.1)  # until the UI has left the alternate screen
+        session.pump(0.5)
+        session.press("Bob\r")
+        assert session.wait(60) == 0
+        session.pump(0.3)
+        assert "again 'Bob' grad 4.0" in session.raw.decode(errors="replace")
+    finally:
+        session.kill()
+
+
+FORK_AFTER_ATTACH = textwrap.dedent("""\
+    import os, time
+    import torch
+    import backstep
+    backstep.attach()
+    pid = os.fork()
+    if pid == 0:  # a child on the console pipes, still writing after the UI has gone
+        time.sleep(3)
+        for i in range(2000):
+            print("child late", i)
+        os._exit(0)
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    _, status = os.waitpid(pid, 0)
+    print("child status", os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_fork_keeps_writing_after_the_ui_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "forked.py").write_text(FORK_AFTER_ATTACH)
+    session = Pty(["forked.py"], tmp_path)
+    try:
+        session.expect(r"stopped: start of pass", timeout=90)
+        session.press("q")
+        assert session.wait(60) == 0
+        session.pump(0.5)
+        tail = session.raw.decode(errors="replace")
+        assert "child late 1999" in tail and "child status 0" in tail
+    finally:
+        session.kill()

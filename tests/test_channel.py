@@ -212,7 +212,8 @@ def test_the_token_never_reaches_the_environment(tmp_path: Path) -> None:
         from backstep import transport
         path, token = transport.address_from_environment()
         ch = transport.connect(path, token)
-        left = sorted(k for k in os.environ if k.startswith("BACKSTEP"))
+        left = sorted(k for k in os.environ
+                      if k in (transport.ENV_SOCKET, transport.ENV_TOKEN_FD))
         ch.send({"event": "session", "left": left, "environ": open(
             f"/proc/{os.getpid()}/environ", "rb").read().decode(errors="replace")
             if os.path.exists(f"/proc/{os.getpid()}/environ") else ""})

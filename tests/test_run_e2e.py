@@ -23,8 +23,11 @@ pytestmark = [
 ]
 
 ROWS, COLS = 42, 140
-TOKENS = re.compile(rb"\x1b\[([0-9;?]*)([ -/]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|"
+TOKENS = re.compile(rb"\x1b\[([0-?]*)([ -/]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|"
                     rb"[\r\n\b]|[^\x1b\r\n\b]+")
+
+COMPLETE_ESCAPE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|"
+                             rb"\x1b[^\[\]]")
 
 SCRIPT = textwrap.dedent(
     """\
@@ -62,6 +65,10 @@ class Screen:
     def feed(self, data: bytes) -> None:
         data = self.pending + data
         self.pending = b""
+        held = b""  # an escape sequence cut by the read: it completes with the next one
+        esc = data.rfind(b"\x1b")
+        if esc != -1 and len(data) - esc < 64 and not COMPLETE_ESCAPE.match(data, esc):
+            data, held = data[:esc], data[esc:]
         pos = 0
         for match in TOKENS.finditer(data):
             pos = match.end()
@@ -87,7 +94,7 @@ class Screen:
                     if self.x < self.cols:
                         self.grid[self.y][self.x] = ch
                     self.x += 1
-        self.pending = self.pending or data[pos:]
+        self.pending = (self.pending or data[pos:]) + held
 
     def text(self) -> str:
         return "\n".join("".join(row).rstrip() for row in self.grid)
@@ -302,6 +309,56 @@ def test_nonfinite_breakpoint_stops_where_the_nan_is_born(tmp_path: Path) -> Non
         assert "NaN/Inf gradient is born at SqrtBackward0" in ui.expect(r"born at SqrtBackward0")
         ui.press("c")
         ui.expect(r"script exited with code 0")
+        ui.press("q")
+        assert ui.wait() == 0
+    finally:
+        ui.kill()
+
+
+def test_a_script_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path) -> None:
+    (tmp_path / "killed.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    ui = Pty(["-m", "backstep", "run", "killed.py"], tmp_path)
+    try:
+        ui.expect(r"the debuggee died \(signal 9\)", timeout=60)
+        ui.press("q")
+        assert ui.wait() == 128 + signal.SIGKILL
+    finally:
+        ui.kill()
+
+
+ASK = textwrap.dedent(
+    """\
+    import torch
+    name = input("name? ")
+    print("hello", repr(name))
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    try:
+        input("more? ")
+    except EOFError:
+        print("EOF reached")
+    print("grad", x.grad.item())
+    """
+)
+
+
+def test_input_reads_what_is_typed_in_the_console_and_ctrl_d_is_eof(tmp_path: Path) -> None:
+    (tmp_path / "ask.py").write_text(ASK)
+    ui = Pty(["-m", "backstep", "run", "ask.py"], tmp_path)
+    try:
+        ui.expect(r"the script reads stdin", timeout=90)
+        ui.press("Ada Lovelace\r")
+        ui.expect(r"hello 'Ada Lovelace'", timeout=30)
+        ui.expect(r"stopped: start of pass", timeout=30)
+        ui.press("c")
+        ui.expect(r"the script reads stdin", timeout=30)
+        ui.press("\x04")  # ctrl+d
+        ui.expect(r"script exited with code 0", timeout=30)
+        end = time.monotonic() + 30
+        while b"grad 4.0" not in ui.raw and time.monotonic() < end:
+            ui.pump(0.1)
+        # the raw output: the console redraws only the cells that change on the "more? " line
+        assert b"EOF reached" in ui.raw and b"grad 4.0" in ui.raw
         ui.press("q")
         assert ui.wait() == 0
     finally:

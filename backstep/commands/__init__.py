@@ -18,4 +18,13 @@ def add_script_arguments(
                         help="do not record the forward line and module of each node (faster)")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    parser.set_defaults(handler=handler)
+    # the script owns stdout: a pipe closed under it must fail for it exactly as under python
+    parser.set_defaults(handler=handler, script_stdout=True)
+
+
+def torch_problem() -> str | None:
+    """Why this torch cannot run backstep, in one line (None: it can). Checked before any
+    script runs, without importing torch in this process."""
+    from backstep.engine.torch_api import check
+
+    return check()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from backstep import demos, narration
@@ -68,8 +67,5 @@ def _list(found: list[demos.Demo]) -> int:
         except ValueError as exc:
             title = f"(broken narration: {exc})"
         lines.append(f"{demo.name:<{width}}  {title}")
-    try:
-        print("\n".join(lines), flush=True)
-    except BrokenPipeError:  # `backstep demo | head -1`: the reader left, which is fine
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print("\n".join(lines))  # a reader that leaves early (`| head`) is cli.main's to handle
     return 0

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backstep import protocol
-from backstep.commands import add_script_arguments
+from backstep.commands import add_script_arguments, torch_problem
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -73,6 +73,10 @@ def launch(
         except ValueError as exc:
             print(f"backstep: {exc}", file=sys.stderr)
             return 2
+    problem = torch_problem()  # here, on the plain terminal, not in the UI's console
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
 
     from backstep.launcher import debuggee_command, exit_status
     from backstep.tui.app import BackstepApp

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Any
 
-from backstep.commands import add_script_arguments
+from backstep.commands import add_script_arguments, torch_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,10 +19,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", default="backstep-trace.jsonl", metavar="FILE",
                         help="where to write the events (default: %(default)s)")
+    parser.add_argument("--children", action="store_true",
+                        help="also record forked child processes (DataLoader workers, "
+                        "multiprocessing), each to FILE with its pid before the extension")
     add_script_arguments(parser, main)
 
 
+def child_path(output: str, pid: int) -> str:
+    """Where a forked child's trace goes: ``run.jsonl`` -> ``run.<pid>.jsonl``."""
+    root, ext = os.path.splitext(output)
+    return f"{root}.{pid}{ext}"
+
+
 def main(args: argparse.Namespace) -> int:
+    problem = torch_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
     except OSError as exc:
@@ -37,12 +52,25 @@ def main(args: argparse.Namespace) -> int:
     if missing is not None:
         stream.close()
         return missing
+    recorders = [recorder]  # this process's own: the last one
 
-    def on_exit(code: int, traceback: str | None) -> None:
-        recorder.emit({"event": "exit", "code": code, "traceback": traceback})
-        recorder.flush()
+    def on_fork() -> Any:
+        """In a forked child: the parent's file is not ours; maybe a file of our own."""
+        recorders[-1].abandon()
+        if not getattr(args, "children", False):
+            return None
+        try:
+            child_stream = open(child_path(args.output, os.getpid()), "wb")  # noqa: SIM115
+        except OSError:
+            return None
+        recorders.append(JsonlRecorder(child_stream))
+        return recorders[-1]
 
-    with Session(recorder, source=not args.no_source):
-        code = run_script(args.script, args.args, on_exit=on_exit)
-    stream.close()
+    session = Session(recorder, source=not args.no_source, on_fork=on_fork)
+    with session:
+        code = run_script(args.script, args.args, on_exit=session.exit)
+    for own in recorders[-1:]:
+        if not own.abandoned:
+            own.flush()
+            own.stream.close()
     return code

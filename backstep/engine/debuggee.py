@@ -4,7 +4,9 @@ Started as ``python -m backstep.engine.debuggee [--no-source] -- script.py args.
 BACKSTEP_SOCKET and BACKSTEP_TOKEN_FD set (the token comes through that inherited fd, never the
 environment; see ``transport``). It connects, announces the session, waits for ``start``,
 runs the script like python, and answers commands while paused. If the UI goes away, it stops
-pausing and lets the script run to its end.
+pausing and lets the script run to its end, its output moved to the UI's terminal
+(``outlive``). The script's stdin reads tell the UI to offer a line (``input_wait``); forked
+children of the script let go of all of it (``forks``).
 """
 
 from __future__ import annotations
@@ -48,14 +50,30 @@ def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]],
     return None
 
 
-def _read_commands(channel: transport.Channel, controller: Any) -> None:
-    """Feed commands to the controller (which answers a bad one with an error, never raising);
-    however this ends, the controller closes, so no pause outlives its UI."""
+def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None) -> None:
+    """Feed the UI's commands to the controller (which answers a bad one with an error, never
+    raising); however this ends, the controller closes, so no pause outlives its UI. If the UI
+    goes away without quitting (it was killed), the script's output moves off its pipes before
+    any pause is released."""
+    quitting = False
     try:
         for message in channel.incoming():
+            if isinstance(message, dict) and message.get("cmd") in ("abort", "detach"):
+                quitting = True
             controller.feed(message)
     finally:
+        if not quitting and outlive is not None:
+            outlive.ui_gone()
         controller.close()
+
+
+def _forked(channel: transport.Channel, outlive: Any, stdin: Any) -> None:
+    """In a forked child: never a word to the UI, and the parent keeps the output pipes."""
+    if stdin is not None:
+        stdin.notice = None
+    channel.abandon()
+    if outlive is not None:
+        outlive.forget()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"backstep: the debuggee needs {transport.ENV_SOCKET} and "
                   f"{transport.ENV_TOKEN_FD} from the UI", file=sys.stderr)
             return 2
+        from backstep.engine.outlive import Outlive
+
+        outlive = Outlive.from_environment()
         channel = transport.connect(*address, max_line=protocol.MAX_COMMAND_LINE)
     except OSError as exc:
         print(f"backstep: cannot reach the UI: {exc}", file=sys.stderr)
@@ -93,16 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         channel.close()
         return missing
-    reader = threading.Thread(target=_read_commands, args=(channel, controller),
+    reader = threading.Thread(target=_read_commands, args=(channel, controller, outlive),
                               name="backstep-commands", daemon=True)
     reader.start()
 
-    def on_exit(code: int, traceback: str | None) -> None:
-        sink.emit({"event": "exit", "code": code, "traceback": traceback})
+    from backstep.engine import input_wait
 
-    with Session(sink, controller, record=False, source=not args.no_source):
-        code = run_script(args.script, args.args, on_exit=on_exit)
-    channel.close()
+    stdin = input_wait.install(sink.emit)  # the console offers a line when the script waits
+    session = Session(sink, controller, record=False, source=not args.no_source,
+                      on_fork=lambda: _forked(channel, outlive, stdin))
+    with session:
+        code = run_script(args.script, args.args, on_exit=session.exit)
+    if outlive is not None:
+        outlive.settle()  # our own hang-up below is not the UI dying
+    channel.close()  # a no-op in a fork: the parent's connection stays up
     return code
 
 

@@ -33,6 +33,7 @@ class JsonlRecorder:
         self.stream = stream
         self._lock = threading.Lock()
         self._texts: dict[int, tuple[Any, str]] = {}
+        self.abandoned = False
 
     def _summaries(self, group: Any) -> str:
         if group is None:
@@ -66,6 +67,8 @@ class JsonlRecorder:
         ).encode()
 
     def emit(self, event: dict[str, Any]) -> None:
+        if self.abandoned:
+            return
         with self._lock:
             try:
                 data = self._encode(event)
@@ -77,11 +80,22 @@ class JsonlRecorder:
                 pass  # a full disk or a closed file must never break the user's script
 
     def flush(self) -> None:
+        if self.abandoned:
+            return
         with self._lock:
             try:
                 self.stream.flush()
             except (OSError, ValueError):
                 pass
+
+
+    def abandon(self) -> None:
+        """In a forked child: write nothing more, and let go of the file without flushing the
+        parent's pending bytes or taking a lock a parent thread may have held at fork time."""
+        from backstep.engine.forks import abandon_file
+
+        self.abandoned = True
+        abandon_file(self.stream)
 
 
 class ListRecorder:

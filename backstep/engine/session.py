@@ -90,10 +90,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 class Session:
-    """Capture (and provenance, unless turned off) armed for the life of a script."""
+    """Capture (and provenance, unless turned off) armed for the life of a script.
+
+    In a forked child the session disarms itself at once (``forks``): hooks and patches undone
+    without a word on the parent's sink, which ``on_fork`` abandons. ``on_fork`` may return a
+    sink of the child's own (``trace --children``); the child then runs a session of its own.
+    """
 
     def __init__(self, sink: Sink, controller: Any = None, *, record: bool = True,
-                 source: bool = True) -> None:
+                 source: bool = True,
+                 on_fork: Callable[[], Sink | None] | None = None) -> None:
         from backstep.engine.diagnostics import Diagnostician
 
         self.diagnostician = Diagnostician(sink)
@@ -101,14 +107,25 @@ class Session:
         self.controller = controller
         self.record = record
         self.source = source
+        self.on_fork = on_fork
         self.capture: Any = None
         self.provenance: Any = None
+        self.forked = False  # this process is a fork of the one that armed the session
+        self.child: Session | None = None  # the fork's own session (trace --children)
         self._watcher: _AfterImport | None = None
         self._real_exit: Callable[[int], Any] | None = None
+        self._unfork: Callable[[], None] | None = None
 
     def arm(self) -> None:
-        """Install capture and provenance (torch is imported by now)."""
-        if self.capture is not None:
+        """Install capture and provenance (torch is imported by now). A torch that lacks what
+        backstep needs is named in one line and left alone, never an error in ``import torch``."""
+        if self.capture is not None or self.forked:
+            return
+        from backstep.engine.torch_api import check_imported
+
+        problem = check_imported()
+        if problem is not None:
+            print(f"{problem} (the script runs without backstep)", file=sys.stderr)
             return
         from backstep.engine.capture import Capture
 
@@ -122,6 +139,8 @@ class Session:
             self.capture.annotate = annotate
 
     def __enter__(self) -> Session:
+        from backstep.engine import forks
+
         self.diagnostician.install()
         if "torch" in sys.modules:
             self.arm()
@@ -129,24 +148,58 @@ class Session:
             self._watcher = _AfterImport(self.arm)
             self._watcher.install()
         self._real_exit = os._exit
-        real_exit, sink = os._exit, self.sink
+        real_exit, session = os._exit, self
 
         def _exit(code: int) -> Any:  # the trace must survive os._exit
-            sink.emit({"event": "exit", "code": code, "traceback": None})
-            sink.flush()
+            session.exit(code, None)
             real_exit(code)
 
         os._exit = _exit
+        self._unfork = forks.on_fork_child(self._after_fork)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def exit(self, code: int, traceback: str | None) -> None:
+        """Announce the script's end, once, from the process that armed the session (a fork
+        announces its own only to a sink of its own)."""
+        if self.forked:
+            if self.child is not None:
+                self.child.exit(code, traceback)
+            return
+        self.sink.emit({"event": "exit", "code": code, "traceback": traceback})
+        self.sink.flush()
+
+    def _after_fork(self) -> None:
+        """In a forked child: disarm without a word, then maybe start the child's own session."""
+        self.forked = True
+        self._disarm(quiet=True)
+        sink = self.on_fork() if self.on_fork is not None else None
+        if sink is not None:
+            sink.emit({**session_event(list(sys.argv)), "parent": os.getppid()})
+            self.child = Session(sink, record=True, source=self.source, on_fork=self.on_fork)
+            self.child.__enter__()
+
+    def _disarm(self, quiet: bool) -> None:
         if self._real_exit is not None:
             os._exit = self._real_exit
+            self._real_exit = None
+        if self._unfork is not None:
+            self._unfork()
+            self._unfork = None
         if self._watcher is not None:
             self._watcher.remove()
         if self.provenance is not None:
             self.provenance.uninstall()
         if self.capture is not None:
+            if quiet:  # nothing may reach the parent's sink, no pause may wait on its UI
+                self.capture.sink = self.capture.controller = None
+                self.capture._released_queue = []
             self.capture.uninstall()
         self.diagnostician.uninstall()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.forked:
+            if self.child is not None:
+                self.child.__exit__(*exc)
+            return
+        self._disarm(quiet=False)
         self.sink.flush()

@@ -24,6 +24,7 @@ from backstep.tui.leaves import LeavesPanel
 from backstep.tui.messages import (
     ConsoleOutput,
     Disconnected,
+    InputWanted,
     ServerError,
     SnapshotReady,
     TensorAnswer,
@@ -72,6 +73,7 @@ class BackstepApp(App[int]):
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
+        Binding("i", "input", "stdin", show=False),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True),
     ]
 
@@ -169,6 +171,8 @@ class BackstepApp(App[int]):
             if snap.exit is not None:
                 self.waiting = False
             self.query_one(GraphPanel).show(snap)
+        if snap.exit is not None:
+            self.query_one(ConsolePanel).hide_input()
         if snap.exit is not None and snap.exit.traceback:
             self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
         if self.narration is not None:
@@ -183,6 +187,31 @@ class BackstepApp(App[int]):
     @on(ConsoleOutput)
     def _console(self, message: ConsoleOutput) -> None:
         self.query_one(ConsolePanel).write(message.text)
+
+    @on(InputWanted)
+    def _input_wanted(self, message: InputWanted) -> None:
+        if self.snapshot.exit is None and self.gone is None:
+            self.query_one(ConsolePanel).offer_input()
+
+    @on(ConsolePanel.Typed)
+    def _typed(self, message: ConsolePanel.Typed) -> None:
+        write = getattr(self.link, "write_stdin", None)
+        if write is None or not write(message.text):
+            self.notify("the script's stdin is closed", severity="warning", timeout=2)
+
+    @on(ConsolePanel.Ended)
+    def _stdin_ended(self, message: ConsolePanel.Ended) -> None:
+        close = getattr(self.link, "close_stdin", None)
+        if close is not None:
+            close()
+        if getattr(self.link, "stdin_reopens", False):  # attach(): EOF ends one read only
+            self.query_one(ConsolePanel).stdin_closed = False
+
+    def action_input(self) -> None:
+        """Open the console's input line by hand (for reads the debuggee cannot see)."""
+        if getattr(self.link, "write_stdin", None) is None or \
+                not self.query_one(ConsolePanel).offer_input():
+            self.notify("the script's stdin is closed", timeout=2)
 
     @on(TensorAnswer)
     def _tensor(self, message: TensorAnswer) -> None:
@@ -214,7 +243,9 @@ class BackstepApp(App[int]):
             else:
                 self.gone = f"the debuggee ended without reporting (exit status {code})"
             self.query_one(ConsolePanel).note(self.gone)
-            self.exit_code = code if code is not None and code >= 0 else 1
+            # as a shell reports it: 128 + signal for a killed script
+            self.exit_code = 1 if code is None else code if code >= 0 else 128 - code
+        self.query_one(ConsolePanel).hide_input()
         self._refresh_status()
 
     @on(GraphPanel.NodeChosen)

@@ -1,26 +1,65 @@
-"""The console panel: the script's stdout and stderr as they arrive, and its traceback."""
+"""The console panel: the script's stdout and stderr as they arrive, its traceback, and a line
+for its stdin when it waits for one."""
 
 from __future__ import annotations
 
 from rich.syntax import Syntax
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Log, Static
+from textual.message import Message
+from textual.widgets import Input, Log, Static
+
+
+class StdinLine(Input):
+    """One line for the script's stdin: enter sends it, ctrl+d ends the input (EOF), escape
+    goes back to the graph and leaves the line open."""
+
+    BINDINGS = [
+        Binding("ctrl+d", "end_of_input", "end of input", show=False),
+        Binding("escape", "leave", "back", show=False),
+    ]
+
+    class EndOfInput(Message):
+        """The person pressed ctrl+d: the script's stdin ends."""
+
+    def action_end_of_input(self) -> None:
+        self.post_message(self.EndOfInput())
+
+    def action_leave(self) -> None:
+        self.screen.focus_next("#graph")
 
 
 class ConsolePanel(Vertical):
     """A live log of the script's output (partial lines included) and, if it raised, the
     traceback highlighted."""
 
+    class Typed(Message):
+        """A line the person typed for the script's stdin (newline included)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class Ended(Message):
+        """The person ended the script's stdin."""
+
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Console"
         self.log_view = Log(max_lines=10_000, id="console-log")
         self.traceback_view = Static("", id="console-traceback")
+        self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
+                                    "sends it, ctrl+d ends the input", id="console-input")
+        self.stdin_closed = False
 
     def compose(self) -> ComposeResult:
         yield self.log_view
         yield self.traceback_view
+        yield self.stdin_line
+
+    def on_mount(self) -> None:
+        self.stdin_line.display = False
 
     def write(self, text: str) -> None:
         self.log_view.write(text)
@@ -41,3 +80,32 @@ class ConsolePanel(Vertical):
                    word_wrap=True)
         )
         self.traceback_view.display = True
+
+    # -- stdin ----------------------------------------------------------------------------
+
+    def offer_input(self) -> bool:
+        """Show the input line and give it the keyboard; False once stdin has ended."""
+        if self.stdin_closed:
+            return False
+        self.stdin_line.display = True
+        self.stdin_line.focus()
+        return True
+
+    def hide_input(self) -> None:
+        if self.stdin_line.has_focus:
+            self.screen.focus_next("#graph")
+        self.stdin_line.display = False
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        text = event.value + "\n"
+        self.stdin_line.value = ""
+        self.log_view.write(text)  # echoed, as a terminal would
+        self.hide_input()
+        self.post_message(self.Typed(text))
+
+    def on_stdin_line_end_of_input(self, event: StdinLine.EndOfInput) -> None:
+        event.stop()
+        self.stdin_closed = True
+        self.hide_input()
+        self.post_message(self.Ended())

@@ -63,6 +63,13 @@ class LiveLink:
         channel = self.debuggee.channel if self.debuggee is not None else None
         return channel.send(message) if channel is not None else False
 
+    def write_stdin(self, text: str) -> bool:
+        return self.debuggee.write_stdin(text) if self.debuggee is not None else False
+
+    def close_stdin(self) -> None:
+        if self.debuggee is not None:
+            self.debuggee.close_stdin()
+
     def close(self) -> None:
         if self.debuggee is not None:
             self.debuggee.close()

@@ -45,3 +45,8 @@ class Disconnected(Message):
     """The event stream ended: the debuggee closed the socket or died."""
 
     returncode: int | None = None
+
+
+@dataclass
+class InputWanted(Message):
+    """The script waits for a line on its stdin: the console offers an input line."""

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from backstep import protocol
-from backstep.tui.messages import ServerError, SnapshotReady, TensorAnswer
+from backstep.tui.messages import InputWanted, ServerError, SnapshotReady, TensorAnswer
 from backstep.tui.model import SessionModel
 
 URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis"})
@@ -44,6 +44,9 @@ class Reader:
         kind = event.get("event")
         if kind == "tensor":
             self.post(TensorAnswer(event))
+            return
+        if kind == "input":
+            self.post(InputWanted())
             return
         if kind == "error":
             req = event.get("req")
