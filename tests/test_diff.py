@@ -121,3 +121,16 @@ def test_a_truncated_trace_is_compared_as_far_as_it_goes(traces, tmp_path, capsy
     assert "note: cut.jsonl: " in out and "did not finish" in out
     assert code == 1
     assert "structural difference at pass 1: the pass ended ok in A, did not finish in B" in out
+
+
+def test_diff_and_export_work_where_torch_is_not_installed(traces) -> None:
+    import subprocess
+    import sys
+
+    block = "import sys; sys.modules['torch'] = None; from backstep.cli import main; "
+    for argv in (["diff", str(traces["ref"]), str(traces["buggy"])],
+                 ["export", str(traces["ref"]), "--dot"]):
+        done = subprocess.run([sys.executable, "-c", block + f"raise SystemExit(main({argv!r}))"],
+                              capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in done.stderr
+        assert done.returncode == (1 if argv[0] == "diff" else 0)
