@@ -1,43 +1,60 @@
 """Engine overhead: backward-pass time ratios against plain PyTorch, measured in one run.
 
-    python benchmarks/bench_engine.py            # both workloads, prints the table
-    python benchmarks/bench_engine.py --quick    # fewer repetitions
+    python benchmarks/bench_engine.py                # CPU: worst case + realistic, the table
+    python benchmarks/bench_engine.py --quick        # fewer repetitions
+    python benchmarks/bench_engine.py --device cuda  # GPU: small (the worst case) + gpt2
 
 Modes, interleaved repetition by repetition so machine noise hits them alike (medians):
   plain       no backstep
   trace       recording every node (``backstep trace``), events encoded to /dev/null
   armed       the live controller attached after "continue" with no breakpoints
   nonfinite   armed with a break-on-non-finite breakpoint (never trips here)
+  anomaly     ``torch.autograd.detect_anomaly(check_nan=True)``: the bar nonfinite must beat
   floor rows  what any recorder built on Python node hooks pays before it writes anything:
               a post-hook on every node that keeps the gradients it sees (hooks), and the same
               plus one exact min/max/sum/norm of every distinct gradient (hooks + reductions)
-Peak RSS is measured in child processes (trace vs plain, same iterations).
+Host transfers per pass: on CUDA, the syncs counted by ``torch.cuda.set_sync_debug_mode``; on
+CPU, the reads ``backstep.engine.transfers`` counts with the device path forced on
+(``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
+recorded pass makes at most ceil(nodes / 256) + 4.
+Peak RSS is measured in child processes (trace vs plain, same iterations); on CUDA, the peak GPU
+memory of one backward over what the forward left allocated.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Callable
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import gpt_realistic, transformer_worst_case  # noqa: E402
+from workloads import gpt2, gpt_realistic, transformer_worst_case  # noqa: E402
 
+from backstep.engine import device_checks, summary_device, transfers  # noqa: E402
 from backstep.engine.capture import Capture  # noqa: E402
 from backstep.engine.controller import Controller  # noqa: E402
 from backstep.engine.diagnostics import Diagnostician  # noqa: E402
 from backstep.engine.recorder import JsonlRecorder  # noqa: E402
 
-WORKLOADS = {"worst": transformer_worst_case, "realistic": gpt_realistic}
-TARGETS = {  # mode -> (worst case, realistic) ratio targets from the engine issue
-    "trace": (2.5, 1.5),
-    "armed": (1.05, 1.05),
-    "nonfinite": (1.5, 1.2),
+WORKLOADS: dict[str, Callable[..., tuple]] = {
+    "worst": transformer_worst_case, "realistic": gpt_realistic, "small": transformer_worst_case,
+    "gpt2": gpt2,
+}
+COLUMNS = {"cpu": ("worst", "realistic"), "cuda": ("small", "gpt2")}
+TARGETS = {  # device -> mode -> (first, second workload) ratio targets from the GPU issue
+    "cpu": {"trace": (4.0, 1.5), "armed": (1.05, 1.05), "nonfinite": (1.5, 1.2),
+            "anomaly": (None, None)},
+    "cuda": {"trace": (3.0, 1.5), "armed": (1.02, 1.02), "nonfinite": (1.5, 1.2),
+             "anomaly": (None, None)},
 }
 
 
@@ -85,29 +102,95 @@ def _floor_backward(loss: torch.Tensor, reduce: bool) -> None:
 FLOORS = {"floor: hooks": False, "floor: hooks + reductions": True}
 
 
-def time_modes(name: str, reps: int) -> dict[str, float]:
-    model, make_loss = WORKLOADS[name]()
-    modes = ["plain", "trace", "armed", "nonfinite", *FLOORS]
-    captures = {mode: _capture(mode) for mode in modes if mode not in FLOORS}
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_modes(name: str, reps: int, device: str = "cpu") -> dict[str, float]:
+    model, make_loss = WORKLOADS[name](device=device)
+    modes = ["plain", "trace", "armed", "nonfinite", "anomaly", *FLOORS]
+    captures = {mode: _capture(mode) for mode in modes if mode not in FLOORS and mode != "anomaly"}
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
     for rep in range(reps + 2):
         for mode in modes:
-            loss = make_loss()
-            capture = captures.get(mode)
-            if capture is not None:
-                capture.install()
-            start = time.perf_counter()
-            if mode in FLOORS:
-                _floor_backward(loss, FLOORS[mode])
-            else:
-                loss.backward()
-            elapsed = time.perf_counter() - start
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # detect_anomaly warns that it is slow
+                anomaly = (torch.autograd.detect_anomaly(check_nan=True) if mode == "anomaly"
+                           else contextlib.nullcontext())
+                with anomaly:
+                    loss = make_loss()
+                    capture = captures.get(mode)
+                    if capture is not None:
+                        capture.install()
+                    _sync(device)
+                    start = time.perf_counter()
+                    if mode in FLOORS:
+                        _floor_backward(loss, FLOORS[mode])
+                    else:
+                        loss.backward()
+                    _sync(device)
+                    elapsed = time.perf_counter() - start
             if capture is not None:
                 capture.uninstall()
             model.zero_grad(set_to_none=True)
             if rep >= 2:  # the first two repetitions warm caches and allocators
                 samples[mode].append(elapsed)
     return {mode: statistics.median(values) for mode, values in samples.items()}
+
+
+def host_transfers(name: str, mode: str, device: str) -> tuple[int, int]:
+    """(host transfers, nodes) of one pass in ``mode``: CUDA syncs, or on CPU the reads the
+    device path makes (forced on)."""
+    model, make_loss = WORKLOADS[name](device=device)
+    loss = make_loss()
+    capture = _capture(mode)
+    nodes = len(_walk(loss.grad_fn))
+    forced = device == "cpu"
+    summary_device.FORCE = device_checks.FORCE = forced
+    assert capture is not None
+    capture.install()
+    try:
+        if device == "cuda":
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    loss.backward()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            count = sum("synchroniz" in str(w.message) for w in caught)
+        else:
+            before = transfers.count()
+            loss.backward()
+            count = transfers.count() - before
+    finally:
+        capture.uninstall()
+        summary_device.FORCE = device_checks.FORCE = False
+    return count, nodes
+
+
+def peak_gpu(name: str, mode: str) -> int:
+    """Peak GPU memory (bytes) of one backward over what its forward left allocated."""
+    model, make_loss = WORKLOADS[name](device="cuda")
+    capture = _capture(mode)
+    peaks = []
+    for _ in range(3):
+        loss = make_loss()
+        if capture is not None:
+            capture.install()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        loss.backward()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        if capture is not None:
+            capture.uninstall()
+        del loss
+        model.zero_grad(set_to_none=True)
+    return peaks[-1]
 
 
 def peak_rss(name: str, mode: str, iterations: int) -> int:
@@ -130,32 +213,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the workloads run (cuda: small + gpt2)")
     args = parser.parse_args(argv)
-    reps = 5 if args.quick else 15
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    reps = 5 if args.quick else (10 if device == "cuda" else 15)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows: list[tuple[str, str, float, float | None, bool | None]] = []
-    for column, name in enumerate(WORKLOADS):
-        times = time_modes(name, reps)
+    for column, name in enumerate(COLUMNS[device]):
+        times = time_modes(name, reps, device)
         plain = times["plain"]
         rows.append((name, "plain backward (ms)", plain * 1e3, None, None))
-        for mode, targets in TARGETS.items():
+        for mode, targets in TARGETS[device].items():
             ratio = times[mode] / plain
-            rows.append((name, f"{mode} ratio", ratio, targets[column], ratio <= targets[column]))
+            target = targets[column]
+            rows.append((name, f"{mode} ratio", ratio, target,
+                         None if target is None else ratio <= target))
         for mode in FLOORS:
             rows.append((name, f"{mode}", times[mode] / plain, None, None))
-        if not args.no_rss:
+        for mode in ("trace", "nonfinite"):
+            count, nodes = host_transfers(name, mode, device)
+            bound = math.ceil(nodes / 256) + 4
+            rows.append((name, f"{mode} host transfers", count, bound, count <= bound))
+        if device == "cuda":
+            base, traced = peak_gpu(name, "plain"), peak_gpu(name, "trace")
+            ratio = traced / base if base else 1.0
+            rows.append((name, f"peak GPU {base / 2**20:.1f}->{traced / 2**20:.1f} MiB", ratio,
+                         1.10, ratio <= 1.10))
+        elif not args.no_rss:
             iterations = 3 if args.quick else 5
             base = peak_rss(name, "plain", iterations)
             traced = peak_rss(name, "trace", iterations)
             ratio = traced / base
             rows.append((name, f"peak RSS {base // 1024}->{traced // 1024} MiB", ratio, 1.10,
                          ratio <= 1.10))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {reps}")
-    print(f"{'workload':<10} {'measure':<24} {'value':>8} {'target':>8}  ok")
+    where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, "
+          f"medians of {reps}")
+    print(f"{'workload':<10} {'measure':<28} {'value':>8} {'target':>8}  ok")
     for name, measure, value, target, ok in rows:
         target_text = f"<= {target:g}" if target is not None else ""
         ok_text = "" if ok is None else ("yes" if ok else "NO")
-        print(f"{name:<10} {measure:<24} {value:>8.3f} {target_text:>8}  {ok_text}")
+        print(f"{name:<10} {measure:<28} {value:>8.3f} {target_text:>8}  {ok_text}")
     return 0
 
 

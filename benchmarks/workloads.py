@@ -16,14 +16,14 @@ from torch import nn
 Workload = tuple[nn.Module, Callable[[], torch.Tensor]]
 
 
-def transformer_worst_case(layers: int = 32, seed: int = 0) -> Workload:
+def transformer_worst_case(layers: int = 32, seed: int = 0, device: str = "cpu") -> Workload:
     """Many small ops: a 32-layer nn.TransformerEncoder, d_model 64, 4 heads, batch 4, seq 32."""
     torch.manual_seed(seed)
     layer = nn.TransformerEncoderLayer(
         d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True
     )
-    model = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
-    x = torch.randn(4, 32, 64)
+    model = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False).to(device)
+    x = torch.randn(4, 32, 64).to(device)
 
     def make_loss() -> torch.Tensor:
         return model(x).pow(2).mean()
@@ -88,13 +88,28 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def gpt_realistic(layers: int = 6, seed: int = 0) -> Workload:
+def gpt_realistic(layers: int = 6, seed: int = 0, device: str = "cpu") -> Workload:
     """A realistic step: 6-layer GPT decoder, d_model 256, 8 heads, batch 8, seq 128."""
     torch.manual_seed(seed)
     vocab, context = 512, 128
-    model = GPT(vocab, 256, 8, layers, context)
-    idx = torch.randint(0, vocab, (8, context))
-    targets = torch.randint(0, vocab, (8, context))
+    model = GPT(vocab, 256, 8, layers, context).to(device)
+    idx = torch.randint(0, vocab, (8, context)).to(device)
+    targets = torch.randint(0, vocab, (8, context)).to(device)
+
+    def make_loss() -> torch.Tensor:
+        return model(idx, targets)
+
+    return model, make_loss
+
+
+def gpt2(layers: int = 12, seed: int = 0, device: str = "cuda") -> Workload:
+    """GPU scale, as measured on the H100: 12 GPT blocks, d768, 12 heads, batch 8, seq 512
+    (attention gradients of 25M elements)."""
+    torch.manual_seed(seed)
+    vocab, context = 8192, 512
+    model = GPT(vocab, 768, 12, layers, context).to(device)
+    idx = torch.randint(0, vocab, (8, context)).to(device)
+    targets = torch.randint(0, vocab, (8, context)).to(device)
 
     def make_loss() -> torch.Tensor:
         return model(idx, targets)

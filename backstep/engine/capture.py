@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from backstep.engine import naming
-from backstep.engine.controller import Controller
+from backstep.engine import device_checks, naming
+from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.saved import has_saved, saved_status
@@ -71,6 +71,7 @@ class Pass:
         # A pass's nodes may run on several threads at once (CPU and CUDA device threads): its
         # hooks take turns, and a paused hook lets the others go while it waits.
         self.lock = threading.RLock()
+        self.checks: device_checks.GradientChecks | None = None  # gradient checks in flight
 
 
 class Capture:
@@ -359,9 +360,14 @@ class Capture:
         if wanted:
             names = naming.find_names({k: v[2] for k, v in wanted.items()},
                                       naming.user_frame(sys._getframe(1)))
+            batch = SummaryBatch()  # one read on a GPU, however many tensors retain grads
+            slots = []
             for key, (ref, index, tensor) in wanted.items():
                 name = names.get(key) or f"{display_name(p.graph.names[index])}#{p.graph.ids[index]}"
-                out.append((ref, index, name, summarize(tensor.grad)))
+                slots.append((ref, index, name, batch.add(tensor.grad)))
+            summaries = batch.compute() if len(batch) else []
+            out = [(ref, index, name, None if slot is None else summaries[slot])
+                   for ref, index, name, slot in slots]
         return out
 
     def _ensure_hooks(self, p: Pass, pre: bool, post: bool) -> None:
@@ -471,9 +477,64 @@ class Capture:
             return
         bp = controller.breakpoints
         if bp.on_gradients:
+            if p.checks is not None or device_checks.deferred(grad_inputs):
+                self._check_on_device(p, i, bp, grad_outputs, grad_inputs)
+                return
             hit = gradient_trip(bp, grad_inputs)
             if hit is not None:
                 self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+
+    def _check_on_device(self, p: Pass, i: int, bp: Any, grad_outputs: tuple,
+                         grad_inputs: tuple) -> None:
+        """Queue node ``i``'s gradient check on the device; stop at the first earlier check that
+        has tripped by now (``device_checks``)."""
+        checks = p.checks
+        if checks is None:
+            checks = p.checks = device_checks.GradientChecks()
+        try:
+            checks.submit(bp, i, grad_outputs, grad_inputs)
+        except Exception:  # noqa: BLE001 - no pinned memory or events here: check at once
+            hit = gradient_trip(bp, grad_inputs)
+            if hit is not None:
+                self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+                return
+        try:
+            trip = checks.poll(bp)
+        except Exception:  # noqa: BLE001 - a check must never break the user's pass
+            trip = None
+        if trip is not None:
+            self._stop_born(p, trip, i)
+
+    def _stop_born(self, p: Pass, trip: device_checks.Trip, now: int | None) -> None:
+        """Stop at the node a deferred check names, saying how many nodes ago it ran."""
+        self._sync_ran(p, now, complete=now is None)
+        born = p.ran[trip.node]
+        current = p.ran[now] if now is not None else p.completed
+        detail = device_checks.late(trip.detail, display_name(p.graph.names[trip.node]), born,
+                                    current)
+        self._pause(p, trip.node, trip.reason, detail, trip.grad_outputs, trip.grad_inputs,
+                    after=True)
+
+    def _settle_checks(self, p: Pass, exc: BaseException | None) -> None:
+        """Pass end: wait for the checks still in flight and stop at any that tripped."""
+        checks, controller = p.checks, self.controller
+        p.checks = None
+        if checks is None:
+            return
+        try:
+            while exc is None and controller is not None and not controller.detached:
+                if p.finishing:
+                    break
+                trip = checks.poll(controller.breakpoints, wait=True)
+                if trip is None:
+                    break
+                self._stop_born(p, trip, None)
+        except BackstepAbort:
+            pass  # the pass is over: there is nothing left to abort
+        except Exception:  # noqa: BLE001 - a late check must never break a finished pass
+            pass
+        finally:
+            checks.clear()
 
     def _pause(self, p: Pass, i: int, reason: str, detail: str | None, grad_outputs: tuple,
                grad_inputs: tuple | None, after: bool = False) -> None:
@@ -590,6 +651,8 @@ class Capture:
         return out
 
     def _end(self, p: Pass, exc: BaseException | None) -> None:
+        if p.checks is not None:
+            self._settle_checks(p, exc)
         p.active = False
         for handle in p.handles:
             handle.remove()
@@ -629,20 +692,25 @@ class Capture:
                         "error": _message(exc),
                     }
                 )
+        batch = SummaryBatch()  # every retained .grad in one batch: one read on a GPU
+        done = []
         for ref, index, name, before in p.retained:
             tensor = ref()
             if tensor is not None and p.ran[index]:
-                self._emit(
-                    {
-                        "event": "accumulate",
-                        "pass": p.number,
-                        "leaf": name,
-                        "id": graph.ids[index],
-                        "before": before,
-                        "after": summarize(tensor.grad),
-                        "retained": True,
-                    }
-                )
+                done.append((index, name, before, batch.add(tensor.grad)))
+        summaries = batch.compute() if len(batch) else []
+        for index, name, before, slot in done:
+            self._emit(
+                {
+                    "event": "accumulate",
+                    "pass": p.number,
+                    "leaf": name,
+                    "id": graph.ids[index],
+                    "before": before,
+                    "after": None if slot is None else summaries[slot],
+                    "retained": True,
+                }
+            )
         self.drain()
         self._emit(
             {

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from backstep.engine import provenance_inplace, provenance_warnings
+from backstep.engine.provenance_frames import forget_code
 from backstep.engine.provenance_modules import ModuleTracker
 from backstep.engine.provenance_scopes import SCOPE_KEY, Region, resolve
 from backstep.engine.provenance_tagging import (
@@ -132,6 +133,7 @@ class Provenance:
                 remove_mode(mode)
             except Exception:
                 pass
+            forget_code()
 
     def __enter__(self) -> Provenance:
         self.install()

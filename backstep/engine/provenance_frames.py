@@ -34,6 +34,14 @@ _code_files: dict[int, tuple[CodeType, str | None]] = {}
 _sources: dict[tuple[str, int], dict[str, Any]] = {}
 
 
+def forget_code() -> None:
+    """Let go of the code objects classified so far (provenance was uninstalled). Held past the
+    script's end, torch.compile's transformed code would only die at interpreter shutdown, when
+    the weak-key callbacks of torch._dynamo run against half-torn-down modules and print an
+    "Exception ignored" traceback that plain python never shows (torch 2.14)."""
+    _code_files.clear()
+
+
 def _classify(code: CodeType) -> str | None:
     """Absolute file name of ``code``, or None when it lives inside torch or backstep."""
     name = code.co_filename

@@ -282,6 +282,7 @@ def annotate(roots: Any) -> int:
 _modes: list[TaggingMode] = []  # installed modes, any thread
 _patch_lock = threading.Lock()
 _original_apply: Any = None
+_wrapped_call: Any = None  # what the wrapper calls: ``_original_apply``'s function
 
 
 def _mode_here() -> TaggingMode | None:
@@ -296,8 +297,14 @@ def _mode_here() -> TaggingMode | None:
 
 
 def _wrap_apply(original: Any) -> Callable[..., Any]:
-    """``Function.apply`` that tags the node a custom Function creates, like the mode does."""
-    call = original.__func__
+    """``Function.apply`` that tags the node a custom Function creates, like the mode does.
+
+    ``original`` is a Python classmethod (torch < 2.14) or a C ``classmethod_descriptor``
+    (torch 2.14), which has no ``__func__`` and is bound by hand."""
+    call = getattr(original, "__func__", None)
+    if call is None:
+        def call(cls: type, *args: Any, **kwargs: Any) -> Any:
+            return original.__get__(None, cls)(*args, **kwargs)
 
     @functools.wraps(call)
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -324,13 +331,14 @@ def _wrap_apply(original: Any) -> Callable[..., Any]:
 
 def add_mode(mode: TaggingMode) -> None:
     """Register ``mode``; the first one wraps ``Function.apply``."""
-    global _original_apply
+    global _original_apply, _wrapped_call
     with _patch_lock:
         _modes.append(mode)
         if _original_apply is None:
             original = Function.__dict__["apply"]
-            Function.apply = classmethod(_wrap_apply(original))  # type: ignore[method-assign,assignment]
-            _original_apply = original
+            wrapper = _wrap_apply(original)
+            Function.apply = classmethod(wrapper)  # type: ignore[method-assign,assignment]
+            _original_apply, _wrapped_call = original, wrapper.__wrapped__  # type: ignore[attr-defined]
 
 
 def remove_mode(mode: TaggingMode) -> None:
@@ -342,7 +350,7 @@ def remove_mode(mode: TaggingMode) -> None:
         if not _modes and _original_apply is not None:
             current = Function.__dict__.get("apply")
             wrapped = getattr(getattr(current, "__func__", None), "__wrapped__", None)
-            if wrapped is _original_apply.__func__:
+            if wrapped is not None and wrapped is _wrapped_call:
                 Function.apply = _original_apply  # type: ignore[method-assign]
             _original_apply = None
 

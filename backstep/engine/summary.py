@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from backstep.engine import summary_device, transfers
 from backstep.protocol import clean_number
 
 SMALL = 16  # tensors with at most this many elements carry their values
@@ -122,12 +123,12 @@ def _histogram(t: torch.Tensor, summary: dict[str, Any]) -> list[int] | None:
                 data = data[torch.isfinite(data)]  # NaN/Inf are counted in "nonfinite"
                 if data.numel() == 0:
                     return None
-                lo, hi = float(data.min()), float(data.max())
+                lo, hi = float(transfers.read(data.min())), float(transfers.read(data.max()))
             if not isinstance(lo, float) or not isinstance(hi, float):
                 return None
             if hi <= lo:
                 return [int(data.numel())]
-            return [int(c) for c in torch.histc(data, bins=HIST_BINS, min=lo, max=hi).tolist()]
+            return [int(c) for c in transfers.read(torch.histc(data, bins=HIST_BINS, min=lo, max=hi))]
     except (RuntimeError, TypeError, NotImplementedError):
         return None
 
@@ -158,7 +159,7 @@ def _careful(t: torch.Tensor) -> dict[str, Any]:
         return out
     out.update(_reduce(t, divisor=n))
     if n <= SMALL:
-        out["values"] = _values(t.detach().reshape(-1).tolist(), t.dtype)
+        out["values"] = _values(transfers.read(t.detach().reshape(-1)), t.dtype)
     return out
 
 
@@ -172,17 +173,17 @@ def _reduce(t: torch.Tensor, divisor: int) -> dict[str, Any]:
             continue
         seen = True
         if chunk.is_complex():
-            bad += int((~torch.isfinite(chunk)).sum())
+            bad += int(transfers.read((~torch.isfinite(chunk)).sum()))
             chunk = chunk.abs()
         elif chunk.dtype == torch.bool:
             chunk = chunk.to(torch.uint8)
         elif chunk.is_floating_point():
-            bad += int((~torch.isfinite(chunk)).sum())
+            bad += int(transfers.read((~torch.isfinite(chunk)).sum()))
         c = chunk.to(torch.float64)
-        lo = min(lo, float(c.min()))
-        hi = max(hi, float(c.max()))
-        total += float(c.sum())
-        sumsq += float((c * c).sum())
+        lo = min(lo, float(transfers.read(c.min())))
+        hi = max(hi, float(transfers.read(c.max())))
+        total += float(transfers.read(c.sum()))
+        sumsq += float(transfers.read((c * c).sum()))
         if math.isnan(lo) or math.isnan(hi):
             lo = hi = math.nan
     if not seen:
@@ -202,14 +203,18 @@ class SummaryBatch:
 
     A batch holds references to its tensors until ``compute``: keep batches short-lived (the
     engine flushes at pass end, before every stop, and whenever ``nbytes`` passes its cap).
+    Accelerator tensors follow ``summary_device``: at most ``HELD_BYTES`` of them are held, the
+    rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held")
 
     def __init__(self) -> None:
-        self._tensors: list[torch.Tensor] = []
+        self._tensors: list[torch.Tensor | None] = []
         self._slots: dict[int, int] = {}
         self.nbytes = 0
+        self._arrivals: summary_device.Arrivals | None = None
+        self._device_held = 0
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -221,31 +226,50 @@ class SummaryBatch:
         key = id(t)
         slot = self._slots.get(key)
         if slot is None:
+            if self._arrivals is not None:
+                slot = self._arrivals.find(t)
+                if slot is not None:
+                    return slot
             slot = len(self._tensors)
+            try:
+                size = t.element_size() * t.numel()
+            except (RuntimeError, TypeError):
+                size = 0
+            if (summary_device.FORCE or not t.is_cpu) and _batchable(t):
+                if t.numel() > LARGE or self._device_held + size > summary_device.HELD_BYTES:
+                    if self._arrivals is None:
+                        self._arrivals = summary_device.Arrivals()
+                    try:
+                        self._arrivals.add(t, slot, _base(t))
+                        self._tensors.append(None)
+                        return slot
+                    except Exception:  # noqa: BLE001 - held instead, summarised at the flush
+                        pass
+                self._device_held += size
+            else:
+                self.nbytes += size
             self._slots[key] = slot
             self._tensors.append(t)
-            try:
-                self.nbytes += t.element_size() * t.numel()
-            except (RuntimeError, TypeError):
-                pass
         return slot
 
     def compute(self) -> list[dict[str, Any] | None]:
         """Summaries in slot order; empties the batch. Never raises."""
         tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
+        arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
         results: list[dict[str, Any] | None] = [None] * len(tensors)
         groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        on_device: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]] = {}
         for i, t in enumerate(tensors):
+            if t is None:
+                continue  # reduced when it arrived
             try:
-                if (
-                    type(t) in PLAIN
-                    and t.dtype in BATCHABLE
-                    and t.layout == torch.strided
-                    and not t.is_meta
-                    and 0 < t.numel() <= LARGE
-                ):
-                    groups.setdefault((t.dtype, t.device), []).append(i)
-                    continue
+                if _batchable(t):
+                    if summary_device.FORCE or not t.is_cpu:
+                        on_device.setdefault((t.dtype, t.device), []).append((i, t))
+                        continue
+                    if t.numel() <= LARGE:
+                        groups.setdefault((t.dtype, t.device), []).append(i)
+                        continue
             except (RuntimeError, TypeError, NotImplementedError):
                 pass
             results[i] = self._careful_safe(t)
@@ -256,6 +280,8 @@ class SummaryBatch:
                 except Exception:  # noqa: BLE001 - a summary must never break the user's pass
                     for i in indices:
                         results[i] = self._careful_safe(tensors[i])
+        if on_device or arrivals is not None:
+            summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
         return results
 
     @staticmethod
@@ -303,11 +329,11 @@ class SummaryBatch:
                 torch.stack(sums),
             ]
         ).to(torch.float64)
-        stats = raw.tolist()
+        stats = transfers.read(raw)
         digits = _DIGITS.get(dtype)
-        shown = _round_digits(raw, digits).tolist() if digits else stats
+        shown = transfers.read(_round_digits(raw, digits)) if digits else stats
         small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
-        small_values = torch.cat(small).tolist() if small else []
+        small_values = transfers.read(torch.cat(small)) if small else []
         mins, maxs, norm_list, sum_list = stats
         shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
         pos = 0
@@ -318,8 +344,9 @@ class SummaryBatch:
             overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
             if overflowed:
                 # finite values whose float32 norm or sum overflowed: redo those in float64
-                norm = float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
-                total = float(t.detach().sum(dtype=torch.float64))
+                norm = float(transfers.read(
+                    torch.linalg.vector_norm(t.detach(), dtype=torch.float64)))
+                total = float(transfers.read(t.detach().sum(dtype=torch.float64)))
             out = _base(t)
             if finite and not overflowed:  # rounded in one go above (NaN: not there)
                 a, b, c = shown_min[j], shown_max[j], shown_norm[j]
@@ -331,11 +358,21 @@ class SummaryBatch:
                 out["max"] = _stat(hi, dtype)
                 out["norm"] = _stat(norm, dtype)
             out["mean"] = _stat(total / n, dtype)
-            out["nonfinite"] = 0 if finite else int((~torch.isfinite(t.detach())).sum())
+            out["nonfinite"] = (0 if finite
+                                else int(transfers.read((~torch.isfinite(t.detach())).sum())))
             if n <= SMALL:
                 out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
             results[i] = out
+
+
+def _batchable(t: torch.Tensor) -> bool:
+    """A plain dense floating-point tensor with elements: reduced with the batched kernels."""
+    try:
+        return (type(t) in PLAIN and t.dtype in BATCHABLE and t.layout == torch.strided
+                and not t.is_meta and t.numel() > 0)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
 
 
 def _memory_key(t: torch.Tensor) -> tuple | None:

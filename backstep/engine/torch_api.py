@@ -34,9 +34,9 @@ REQUIRED: dict[str, str] = {
         "capture: the one call every backward() and autograd.grad() goes through",
     "torch.nn.Module._call_impl":
         "provenance_calls: module calls, for the module path of each node",
-    "torch.autograd.function.Function.apply.__func__":
-        "provenance_tagging: Function.apply, a Python classmethod it wraps to tag the nodes of "
-        "custom Functions (torch 2.14 made it a C classmethod, which turns provenance off)",
+    "torch.autograd.function.Function.apply":
+        "provenance_tagging: Function.apply, which it wraps to tag the nodes of custom Functions "
+        "(a Python classmethod before torch 2.14, a C classmethod descriptor since)",
     "torch._C._autograd._get_sequence_nr":
         "provenance_tagging, provenance_modules: which nodes a forward call created",
     "torch._C._len_torch_function_stack":

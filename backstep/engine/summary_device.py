@@ -1,0 +1,287 @@
+"""Summaries of accelerator tensors: reduced on the device, read back once per batch.
+
+On a GPU a reduction costs a kernel launch and a read costs a host sync that stalls the stream,
+so the rules differ from the CPU's:
+
+- every statistic (min, max, norm, sum, the exact non-finite count, the values of small tensors)
+  is computed on the device into one float64 tensor per batch and device, read with one transfer
+  (``transfers.to_host``); the rounding to JSON happens on the host copy;
+- a batch keeps references to at most ``HELD_BYTES`` of device gradients, reduced together with
+  ``torch._foreach_*`` at the flush; a tensor that does not fit (a large attention gradient) is
+  reduced the moment it is added and only its few statistics are kept: the batch never holds
+  much device memory and never needs to flush early because gradients are big;
+- there is no chunked per-tensor path: it exists for CPU memory safety and would read every
+  chunk back. The non-finite count of a large tensor is counted chunk by chunk on the device.
+
+The statistics are the same kernels as ``SummaryBatch``'s host groups (aminmax, ``_foreach_norm``,
+sum in the tensor's dtype), so a summary reads the same on either path. Where a finite tensor's
+norm or sum overflows its dtype, a held tensor is redone in float64 exactly as on the host (one
+more read for that batch); a float16 tensor reduced on arrival has its fallback accumulated in
+float32 in advance, and any other one (values near 1e19 and above: a diverged model) says so in
+a ``note`` rather than keep a large gradient alive or pay a float64 copy of it.
+
+``FORCE`` runs CPU tensors through this path too, so tests exercise it without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import torch
+
+from backstep.engine import transfers
+
+FORCE = False  # treat CPU tensors as accelerator tensors (tests, benchmarks)
+HELD_BYTES = 8 << 20  # device memory a batch may keep referenced until its flush
+COUNT_CHUNK = 1 << 22  # elements per non-finite count step of an arriving tensor (bool temp)
+
+
+def on_device(t: torch.Tensor) -> bool:
+    """Whether ``t`` takes this path (an accelerator tensor, or any tensor under ``FORCE``)."""
+    return FORCE or t.device.type not in ("cpu", "meta")
+
+
+class Block:
+    """Statistics of some tensors of one dtype, on the device until the batch's read.
+
+    ``data`` is float64, laid out as rows of ``m`` (one column per distinct tensor): min, max,
+    norm, sum, non-finite count, then (float16 arrivals) the float32-accumulated norm and sum,
+    then the values of the small tensors, flattened in slot order.
+    """
+
+    __slots__ = ("dtype", "slots", "owner", "numels", "bases", "small", "rows", "data",
+                 "tensors")
+
+    def __init__(self, dtype: torch.dtype, slots: list[int], owner: list[int],
+                 numels: list[int], bases: list[dict[str, Any]], small: int, rows: int,
+                 data: torch.Tensor, tensors: list[torch.Tensor] | None) -> None:
+        self.dtype = dtype
+        self.slots = slots
+        self.owner = owner
+        self.numels = numels
+        self.bases = bases
+        self.small = small
+        self.rows = rows
+        self.data = data
+        self.tensors = tensors  # held tensors (for the float64 redo); None for an arrival
+
+
+def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, Any]],
+           held: bool) -> Block:
+    """Queue the device reductions of same-dtype tensors; nothing is read here."""
+    from backstep.engine.summary import SMALL, _memory_key
+
+    dtype = tensors[0].dtype
+    unique: dict[tuple, int] = {}
+    reps: list[torch.Tensor] = []
+    owner: list[int] = []
+    for t in tensors:
+        key = _memory_key(t) if held and t.numel() > SMALL else None
+        j = unique.get(key) if key is not None else None
+        if j is None:
+            j = len(reps)
+            reps.append(t.detach())
+            if key is not None:
+                unique[key] = j
+        owner.append(j)
+    with torch.no_grad():
+        extrema = [t.aminmax() for t in reps]
+        norms = torch._foreach_norm(reps)
+        sums = [t.sum() for t in reps]
+        if held:  # 0 where finite, NaN where not: the L0 norm counts them (float64: exact)
+            bad = torch._foreach_norm(torch._foreach_mul(reps, 0.0), 0, dtype=torch.float64)
+        else:
+            bad = [_count_nonfinite(t) for t in reps]
+        parts = [
+            torch.stack([e.min for e in extrema]).to(torch.float64),
+            torch.stack([e.max for e in extrema]).to(torch.float64),
+            torch.stack(norms).to(torch.float64),
+            torch.stack(sums).to(torch.float64),
+            torch.stack(list(bad)).to(torch.float64),
+        ]
+        rows = 5
+        if not held and dtype == torch.float16:
+            parts.append(torch.stack(torch._foreach_norm(reps, 2, dtype=torch.float32))
+                         .to(torch.float64))
+            parts.append(torch.stack([t.sum(dtype=torch.float32) for t in reps])
+                         .to(torch.float64))
+            rows = 7
+        small = [t.detach().reshape(-1) for t in tensors if t.numel() <= SMALL]
+        if small:
+            parts.append(torch.cat(small).to(torch.float64))
+        data = torch.cat(parts)
+    return Block(dtype, slots, owner, [t.numel() for t in tensors], bases,
+                 sum(s.numel() for s in small), rows, data, list(tensors) if held else None)
+
+
+def _count_nonfinite(t: torch.Tensor) -> torch.Tensor:
+    """The exact non-finite count of ``t``, on its device, with a bounded temporary."""
+    from backstep.engine.summary import _chunks
+
+    total = None
+    if t.numel() <= COUNT_CHUNK:
+        return torch.isfinite(t).logical_not_().sum()
+    flat = t.reshape(-1) if t.is_contiguous() else None
+    pieces = ([flat[s: s + COUNT_CHUNK] for s in range(0, flat.numel(), COUNT_CHUNK)]
+              if flat is not None else list(_chunks(t)))
+    for piece in pieces:
+        part = torch.isfinite(piece).logical_not_().sum()
+        total = part if total is None else total + part
+    assert total is not None
+    return total
+
+
+class Arrivals:
+    """Tensors reduced as they were added to a batch (too big to hold), keyed by identity.
+
+    A weak reference tells a tensor added again (one node's output gradient is the next node's
+    input) from a new tensor that reuses a dead one's ``id``, and the version counter tells it
+    from the same tensor changed since: the engine sums a node's incoming gradients in place
+    into the first one when nothing else holds it, as nothing does once it has arrived here.
+    """
+
+    __slots__ = ("blocks", "refs")
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.refs: dict[int, tuple[Any, int, int]] = {}
+
+    def find(self, t: torch.Tensor) -> int | None:
+        hit = self.refs.get(id(t))
+        if hit is not None and hit[0]() is t and hit[2] == t._version:
+            return hit[1]
+        return None
+
+    def add(self, t: torch.Tensor, slot: int, base: dict[str, Any]) -> None:
+        self.blocks.append(reduce([t], [slot], [base], held=False))
+        try:
+            self.refs[id(t)] = (weakref.ref(t), slot, t._version)
+        except TypeError:
+            pass
+
+
+def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]],
+           arrivals: Arrivals, results: list[dict[str, Any] | None]) -> None:
+    """Reduce the held groups, read every block back (one transfer per device), fill
+    ``results``."""
+    from backstep.engine.summary import _base
+
+    blocks: dict[torch.device, list[Block]] = {}
+    for block in arrivals.blocks:
+        blocks.setdefault(block.data.device, []).append(block)
+    for (_, device), items in groups.items():
+        tensors = [t for _, t in items]
+        try:
+            block = reduce(tensors, [s for s, _ in items], [_base(t) for t in tensors], held=True)
+        except Exception as exc:  # noqa: BLE001 - a summary must never break the user's pass
+            for slot, t in items:
+                results[slot] = _failed(_base(t), exc)
+            continue
+        blocks.setdefault(device, []).append(block)
+    for device_blocks in blocks.values():
+        try:
+            host = transfers.to_host(torch.cat([b.data for b in device_blocks]))
+        except Exception as exc:  # noqa: BLE001
+            for b in device_blocks:
+                for slot, base in zip(b.slots, b.bases, strict=True):
+                    results[slot] = _failed(dict(base), exc)
+            continue
+        redo: list[tuple[Block, int, int, list[float]]] = []
+        offset = 0
+        for b in device_blocks:
+            size = b.data.numel()
+            _fill(b, host[offset: offset + size], results, redo)
+            offset += size
+        if redo:
+            _redo_float64(redo, results)
+
+
+def _failed(out: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    out["note"] = f"summary failed: {type(exc).__name__}"
+    return out
+
+
+def _fill(b: Block, host: torch.Tensor, results: list[dict[str, Any] | None],
+          redo: list[tuple[Block, int, int, list[float]]]) -> None:
+    from backstep.engine.summary import _DIGITS, _round_digits, _stat, _values
+
+    m = (host.numel() - b.small) // b.rows
+    raw = host[: 4 * m].view(4, m)
+    rows = host[: b.rows * m].view(b.rows, m).tolist()
+    small_values = host[b.rows * m:].tolist()
+    dtype = b.dtype
+    digits = _DIGITS.get(dtype)
+    shown = _round_digits(raw, digits).tolist() if digits else rows[:4]
+    mins, maxs, norm_list, sum_list, bad_list = rows[:5]
+    pos = 0
+    for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
+        lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
+        values = None
+        if n <= 16:
+            values = _values(small_values[pos: pos + n], dtype)
+            pos += n
+        finite = math.isfinite(lo) and math.isfinite(hi)
+        overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
+        out = dict(b.bases[k])
+        if overflowed and b.tensors is not None:
+            redo.append((b, k, j, [lo, hi]))
+            results[slot] = out
+            if values is not None:
+                out["values"] = values
+            continue
+        if overflowed:
+            if b.rows == 7:  # a float16 arrival: accumulated in float32 in advance
+                norm, total = rows[5][j], rows[6][j]
+            else:
+                out["note"] = "norm/sum overflowed float32 on the device"
+        if finite and not overflowed:
+            a, c, d = shown[0][j], shown[1][j], shown[2][j]
+            out["min"] = a if a == a else _stat(lo, dtype)
+            out["max"] = c if c == c else _stat(hi, dtype)
+            out["norm"] = d if d == d else _stat(norm, dtype)
+        else:
+            out["min"] = _stat(lo, dtype)
+            out["max"] = _stat(hi, dtype)
+            out["norm"] = _stat(norm, dtype)
+        out["mean"] = _stat(total / n, dtype)
+        out["nonfinite"] = 0 if finite else int(bad_list[j])
+        if values is not None:
+            out["values"] = values
+        results[slot] = out
+
+
+def _redo_float64(redo: list[tuple[Block, int, int, list[float]]],
+                  results: list[dict[str, Any] | None]) -> None:
+    """Finite held tensors whose norm or sum overflowed their dtype, redone in float64 as the
+    host path does: all of them in one more read."""
+    from backstep.engine.summary import _stat
+
+    with torch.no_grad():
+        stacked = []
+        for b, k, _, _ in redo:
+            assert b.tensors is not None
+            t = b.tensors[k].detach()
+            stacked.append(torch.linalg.vector_norm(t, dtype=torch.float64))
+            stacked.append(t.sum(dtype=torch.float64))
+        by_device: dict[torch.device, list[int]] = {}
+        for index, value in enumerate(stacked[::2]):
+            by_device.setdefault(value.device, []).append(index)
+        values: list[float] = [0.0] * len(stacked)
+        for indices in by_device.values():
+            got = transfers.read(torch.stack([stacked[2 * i + h] for i in indices for h in (0, 1)]))
+            for position, i in enumerate(indices):
+                values[2 * i], values[2 * i + 1] = got[2 * position], got[2 * position + 1]
+    for index, (b, k, _, (lo, hi)) in enumerate(redo):
+        out = results[b.slots[k]]
+        assert out is not None
+        norm, total = values[2 * index], values[2 * index + 1]
+        dtype = b.dtype
+        out["min"] = _stat(lo, dtype)
+        out["max"] = _stat(hi, dtype)
+        out["norm"] = _stat(norm, dtype)
+        out["mean"] = _stat(total / b.numels[k], dtype)
+        out["nonfinite"] = 0
+        if "values" in out:
+            out["values"] = out.pop("values")  # keep the key order of the host path

@@ -1,0 +1,213 @@
+"""Summaries of accelerator tensors: reduced on the device, one read per batch, same values.
+
+The device path runs here on CPU tensors with ``summary_device.FORCE`` on, and its reads are
+counted by ``transfers``: a CUDA run makes exactly those reads, each a host sync.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from backstep.engine import summary, summary_device, transfers
+from backstep.engine.capture import Capture
+from backstep.engine.recorder import ListRecorder
+from backstep.engine.summary import SummaryBatch
+from tests.test_engine_fidelity import captured
+
+
+@pytest.fixture
+def device_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(summary_device, "FORCE", True)
+    yield
+
+
+def tensors() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    base = torch.randn(64, 48)
+    out = [
+        base, base.t(), base[:, :5], base.reshape(-1)[:7], torch.randn(3),
+        torch.tensor(2.5), torch.tensor([1.0, math.nan, math.inf, -math.inf, 4.0]),
+        torch.full((40,), math.nan), torch.full((3, 3), 3e38), torch.full((70,), 1e30),
+        torch.randn(1000) * 1e-30,
+    ]
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        out += [t.to(dtype) for t in out[:8]]
+    out += [torch.full((50,), 60000.0, dtype=torch.float16),  # norm and sum overflow fp16
+            torch.tensor([65504.0, 65504.0], dtype=torch.float16),
+            torch.arange(6), torch.ones(2, dtype=torch.bool), torch.randn(4, dtype=torch.cfloat),
+            torch.empty(0), torch.randn(5).to_sparse()]
+    return out
+
+
+def _huge(t: torch.Tensor) -> bool:
+    """Finite values whose float32 norm overflows (only float16 is redone on arrival)."""
+    return (t.is_floating_point() and t.dtype != torch.float16 and t.layout == torch.strided
+            and t.numel() > 0 and float(t.nan_to_num(0.0, 0.0, 0.0).abs().max()) > 1e18)
+
+
+def batch_summaries(items: list[torch.Tensor]) -> list[dict[str, Any] | None]:
+    batch = SummaryBatch()
+    slots = [batch.add(t) for t in items]
+    results = batch.compute()
+    return [results[s] for s in slots if s is not None]
+
+
+def test_device_path_summaries_equal_the_host_paths(device_path: None) -> None:
+    items = tensors()
+    summary_device.FORCE = False
+    host = batch_summaries(items)
+    summary_device.FORCE = True
+    assert batch_summaries(items) == host
+    assert [summary.summarize(t) for t in items] == host
+
+
+def test_tensors_reduced_on_arrival_equal_held_ones(device_path: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    items = [t for t in tensors() if not _huge(t)]
+    summary_device.FORCE = False
+    host = batch_summaries(items)
+    summary_device.FORCE = True
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 0)  # nothing fits: every one arrives
+    monkeypatch.setattr(summary_device, "COUNT_CHUNK", 100)  # counted in several pieces
+    batch = SummaryBatch()
+    slots = [batch.add(t) for t in items]
+    assert batch._arrivals is not None and len(batch._arrivals.blocks) >= 20
+    others = sum(t.element_size() * t.numel() for t in items if not summary._batchable(t))
+    assert batch.nbytes == others, "device tensors never push a batch to flush early"
+    results = batch.compute()
+    assert [results[s] for s in slots if s is not None] == host
+
+
+def test_overflow_on_arrival_is_said_not_hidden(device_path: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 0)
+    (out,) = batch_summaries([torch.full((70,), 1e30)])
+    assert out is not None and out["norm"] == "inf" and "overflowed" in out["note"]
+    assert out["min"] == out["max"] == 1e30 and out["nonfinite"] == 0
+
+
+def test_a_tensor_changed_in_place_after_arriving_is_reduced_again(
+        device_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 0)
+    t = torch.ones(4)
+    batch = SummaryBatch()
+    first = batch.add(t)
+    assert batch.add(t) == first
+    t.add_(1.0)  # what the engine does to a gradient buffer nothing else holds
+    second = batch.add(t)
+    results = batch.compute()
+    assert results[first]["values"] == [1.0] * 4 and results[second]["values"] == [2.0] * 4
+
+
+def test_large_tensors_are_reduced_on_the_device_not_chunk_by_chunk(
+        device_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary, "LARGE", 1000)
+    big = torch.randn(5000)
+    before = transfers.count()
+    (out,) = batch_summaries([big])
+    assert transfers.count() - before == 1
+    assert out is not None and out["nonfinite"] == 0
+    assert out["max"] == summary._stat(float(big.max()), big.dtype)
+
+
+def chain(n: int) -> torch.Tensor:
+    """A graph of about ``n`` nodes: several dtypes, gradients large and small, one NaN."""
+    torch.manual_seed(1)
+    big = torch.randn(120, 120, requires_grad=True)
+    small = torch.randn(8, requires_grad=True)
+    x, y = big, small
+    for k in range(n // 10):
+        x = (x * 1.001).tanh()
+        x = x.to(torch.float16).float() if k % 3 else x.double().float()
+        y = (y.bfloat16() * 2).float().sin()
+        y = y + x[0, :8] * 1e-3
+    y = torch.where(y > 10, y.log(), y)  # the NaN of log(negative) masked out: NaN in backward
+    return x.sum() + y.sum() + (small * torch.tensor(math.inf)).nan_to_num().sum()
+
+
+@pytest.mark.parametrize("held", [8 << 20, 16 << 10])
+def test_a_recorded_pass_reads_once_per_batch(device_path: None, monkeypatch: pytest.MonkeyPatch,
+                                              held: int) -> None:
+    monkeypatch.setattr(summary_device, "HELD_BYTES", held)
+    loss = chain(900)
+    recorder = ListRecorder()
+    with captured(Capture(recorder)):
+        before = transfers.count()
+        loss.backward()
+        reads = transfers.count() - before
+    (begin,) = recorder.of("pass_begin")
+    nodes = len(begin["nodes"])
+    assert nodes > 700
+    assert reads <= math.ceil(nodes / 256) + 4, (reads, nodes)
+    sizes = {math.prod(s["shape"]) for e in recorder.of("node") for s in e["grad_inputs"] if s}
+    dtypes = {s["dtype"] for e in recorder.of("node") for s in e["grad_inputs"] if s}
+    assert max(sizes) == 14400 and {"float16", "bfloat16", "float64", "float32"} <= dtypes
+    assert any(s and s["nonfinite"] for e in recorder.of("node") for s in e["grad_inputs"])
+
+
+def test_recorded_traces_are_the_same_on_either_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run() -> list[Any]:
+        recorder = ListRecorder()
+        with captured(Capture(recorder)):
+            chain(300).backward()
+        return [(e["step"], e["name"], e["grad_outputs"], e["grad_inputs"])
+                for e in recorder.of("node")] + [e["after"] for e in recorder.of("accumulate")]
+
+    host = run()
+    monkeypatch.setattr(summary_device, "FORCE", True)
+    assert run() == host
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 16 << 10)
+    assert run() == host
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_summaries_equal_cpu_ones() -> None:
+    items = [t for t in tensors() if t.layout == torch.strided and t.is_floating_point()]
+    assert batch_summaries([t.cuda() for t in items]) == [
+        dict(s, device="cuda:0") for s in batch_summaries(items)]
+
+
+@cuda
+def test_cuda_recorded_pass_syncs_once_per_batch() -> None:
+    torch.manual_seed(1)
+    layers = [torch.randn(512, 512, device="cuda", requires_grad=True) for _ in range(40)]
+    x = torch.randn(64, 512, device="cuda")
+    for w in layers:
+        x = (x @ w).tanh().half().float()
+    loss = x.pow(2).mean()
+    recorder = ListRecorder()
+    with captured(Capture(recorder)), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    nodes = len(recorder.of("pass_begin")[0]["nodes"])
+    assert len(syncs) <= math.ceil(nodes / 256) + 4
+
+
+def test_tensors_that_retain_grad_are_read_in_one_batch(device_path: None) -> None:
+    recorder = ListRecorder()
+    with captured(Capture(recorder)):
+        x = torch.randn(8, requires_grad=True)
+        kept = [x * k for k in range(1, 13)]
+        for t in kept:
+            t.retain_grad()
+        loss = sum(t.sin().sum() for t in kept)
+        before = transfers.count()
+        loss.backward()  # type: ignore[union-attr]
+        reads = transfers.count() - before
+    retained = [e for e in recorder.of("accumulate") if e["retained"]]
+    assert len(retained) == 12 and all(e["after"]["nonfinite"] == 0 for e in retained)
+    assert reads <= 4
