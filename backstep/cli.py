@@ -9,7 +9,7 @@ import sys
 
 from backstep import __version__
 
-SUBCOMMANDS = ("run", "trace", "demo")
+SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ from backstep.tui.messages import (
 from backstep.tui.model import Diagnosis, Snapshot, focus
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.reader import Reader
+from backstep.tui.review import review_at
 from backstep.tui.saved import SavedPanel
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
@@ -62,6 +63,7 @@ class BackstepApp(App[int]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("n", "step", "step"),
+        Binding("p", "review", "step back"),
         Binding("c", "resume('continue')", "continue"),
         Binding("f", "resume('finish')", "finish"),
         Binding("b", "toggle_break", "break"),
@@ -103,6 +105,16 @@ class BackstepApp(App[int]):
         # a diagnosis came into view since the last key that resumed the script: a stop that
         # follows it (the engine diagnoses a node as it runs) must not take its selection away
         self._diagnosis_new = False
+        self.review: int | None = None  # p: the executed node (0-based) looked back at
+
+    @property
+    def shown(self) -> Snapshot:
+        """What the panels draw: the live snapshot, or an earlier step of it under review."""
+        if self.review is not None:
+            past = review_at(self.snapshot, self.review)
+            if past is not None:
+                return past
+        return self.snapshot
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -143,6 +155,7 @@ class BackstepApp(App[int]):
         if snap.seq <= self.snapshot.seq:
             return
         self.snapshot = snap
+        self.review = None  # the live session moved on: back to it
         stop = snap.stop
         key = (stop.pass_, stop.step, stop.stop) if stop is not None else None
         new_stop = stop is not None and key != self._shown_stop
@@ -260,11 +273,11 @@ class BackstepApp(App[int]):
     # -- drawing --------------------------------------------------------------------------
 
     def _refresh_all(self) -> None:
-        self.query_one(GraphPanel).show(self.snapshot)
+        self.query_one(GraphPanel).show(self.shown)
         self._refresh_details()
 
     def _refresh_details(self) -> None:
-        f = focus(self.snapshot, self.selected)
+        f = focus(self.shown, self.selected)
         self.query_one(GradientsPanel).show(f)
         self.query_one(SavedPanel).show(f)
         diag = self._diagnosis_in_source()
@@ -272,12 +285,13 @@ class BackstepApp(App[int]):
             self.query_one(SourcePanel).show_source(diag.source, "diagnosis")
         else:
             self.query_one(SourcePanel).show(f)
-        self.query_one(LeavesPanel).show(self.snapshot)
+        self.query_one(LeavesPanel).show(self.shown)
         self._refresh_status()
 
     def _refresh_status(self) -> None:
-        self.query_one(StatusLine).show(self.snapshot, waiting=self.waiting, gone=self.gone,
-                                        breakpoints=len(self.breakpoints))
+        self.query_one(StatusLine).show(self.shown, waiting=self.waiting, gone=self.gone,
+                                        breakpoints=len(self.breakpoints),
+                                        review=self.review is not None)
 
     # -- diagnoses ------------------------------------------------------------------------
 
@@ -335,7 +349,33 @@ class BackstepApp(App[int]):
         return False
 
     def action_step(self) -> None:
+        if self.review is not None:  # reviewing: n walks forward to the live stop
+            self._review_to(self.review + 1)
+            return
         self.action_resume("step")
+
+    def action_review(self) -> None:
+        """p: the node before, as it was shown then (from what was recorded; nothing re-runs)."""
+        view = self.snapshot.pass_
+        k = (self.review if self.review is not None else
+             len(view.executed()) if view is not None else 0) - 1
+        if k < 0:
+            self.notify("start of this pass (earlier passes: backstep trace, then backstep show)",
+                        timeout=3)
+            return
+        self._review_to(k)
+
+    def _review_to(self, k: int) -> None:
+        view = self.snapshot.pass_
+        self.review = k if view is not None and k < len(view.executed()) else None
+        shown = self.shown
+        if shown.stop is not None:
+            self.selected = shown.stop.id
+        graph = self.query_one(GraphPanel)
+        graph.show(shown)
+        if self.selected is not None:
+            graph.reveal(self.selected)
+        self._refresh_details()
 
     def _addressed(self, message: dict[str, Any]) -> dict[str, Any]:
         """A command for the shown stop, naming it: with several passes paused, a command that
@@ -349,6 +389,7 @@ class BackstepApp(App[int]):
         if not self._paused():
             return
         if self.send(self._addressed({"cmd": command})):
+            self.review = None
             self.waiting = True
             self._diagnosis_new = False
             self._refresh_status()

@@ -14,14 +14,17 @@ REASONS = {
     "interrupt": "interrupted",
     "nonfinite": "non-finite gradient",
     "norm": "gradient norm",
+    "review": "review (recorded)",
 }
 HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B", "conditions"),
          ("?", "help"), ("q", "quit"))
 
 
 def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
-                breakpoints: int) -> Text:
+                breakpoints: int, review: bool = False) -> Text:
     text = Text()
+    if review:  # p looked back: n walks forward again to the live stop
+        text.append(" review ", style="bold reverse magenta")
     view = snapshot.pass_
     if view is not None:
         text.append(f" pass {view.number} ", style="bold reverse")
@@ -97,5 +100,6 @@ class StatusLine(Static):
     """One line at the bottom of the screen."""
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
-             breakpoints: int) -> None:
-        self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints))
+             breakpoints: int, review: bool = False) -> None:
+        self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints,
+                                review=review))

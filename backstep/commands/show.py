@@ -1,0 +1,59 @@
+"""``backstep show TRACE.jsonl``: step through a recorded trace, forward and back.
+
+The same UI as ``backstep run`` over a file: no torch import, no script run. A damaged trace
+opens with what is valid (one line says what is not); a file that is not a trace exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from backstep import protocol
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "show",
+        help="step through a recorded trace (forward and back) in the UI",
+        description="Open a trace written by `backstep trace` in the stepping UI. Keys: n/p a "
+        "node forward/back, c/C to the next/previous stop condition, [ / ] previous/next "
+        "pass, g go to a pass or pass:step, d/D diagnoses, q quit.",
+    )
+    parser.add_argument("trace", metavar="TRACE.jsonl", help="a trace from `backstep trace`")
+    parser.add_argument(
+        "--break", dest="breakpoints", action="append", default=[], metavar="SPEC",
+        help="a stop condition for c/C: MulBackward*, node:GLOB, module:GLOB, leaf:NAME, "
+        "nonfinite, norm:VALUE (repeatable)",
+    )
+    parser.add_argument("--no-stop-at-start", action="store_true",
+                        help="c does not stop at the first node of every pass")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from backstep.traceindex import TraceError, TraceIndex
+
+    try:
+        breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
+    except protocol.ProtocolError as exc:
+        print(f"backstep show: {exc}", file=sys.stderr)
+        return 2
+    try:
+        index = TraceIndex(args.trace, partial=True)
+    except TraceError as exc:
+        print(f"backstep show: {exc}", file=sys.stderr)
+        return 2
+    with index:
+        note = index.note() if index.done else None
+        if note:
+            print(f"backstep show: note: {note}", file=sys.stderr)
+        if not index.numbers():
+            print(f"backstep show: {args.trace} has no backward pass to show", file=sys.stderr)
+            return 2
+        from backstep.tui.replay_app import ReplayApp
+
+        app = ReplayApp(index, breakpoints=breakpoints,
+                        stop_at_pass_start=not args.no_stop_at_start, note=note)
+        code = app.run()
+    return int(code or 0)

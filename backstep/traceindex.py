@@ -1,0 +1,265 @@
+"""An index of a ``backstep trace`` file: where each pass's lines are, so one pass reads alone.
+
+A trace can be gigabytes (many iterations of a large model). ``show``, ``diff`` and ``export``
+read it one pass at a time: opening scans the file once for line boundaries and the ``event`` and
+``pass`` keys at the start of each line (the recorder always writes them first), never parsing
+the gradient summaries; reading a pass seeks to its lines and parses only those. Passes of
+several threads are interleaved in the file, so each pass keeps its own list of line offsets.
+
+A damaged trace (a killed run, a half-written last line, corrupt lines, a newer schema version)
+opens with what is valid; ``problems`` says what is not, and ``note()`` says it in one line. A
+file that is not a trace at all raises ``TraceError``. Stdlib only: it works where torch is not
+installed.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from backstep.protocol import VERSION
+
+# A line's opening as the recorder writes it: {"event":"node","pass":3,...
+_HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
+KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
+_CODE = {kind: code for code, kind in enumerate(KINDS)}
+
+
+class TraceError(Exception):
+    """The file cannot be read as a trace at all (the CLI prints it and exits with code 2)."""
+
+
+@dataclass
+class PassIndex:
+    """Where one pass's events are in the file, and what its ``pass_begin`` line says."""
+
+    number: int
+    starts: array = field(default_factory=lambda: array("q"))
+    ends: array = field(default_factory=lambda: array("q"))
+    kinds: bytearray = field(default_factory=bytearray)  # KINDS code of each line
+    complete: bool = False
+    steps: int = 0
+
+
+@dataclass
+class Pass:
+    """One pass read from the file: its ``pass_begin`` and the events that followed, in order."""
+
+    number: int
+    begin: dict[str, Any]
+    events: list[dict[str, Any]]
+    end: dict[str, Any] | None
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.begin.get("nodes") or [])
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The ``node`` events, in execution order."""
+        return [e for e in self.events if e.get("event") == "node"]
+
+
+class TraceIndex:
+    """A trace file opened for reading by pass. Keep it open while reading; ``close()`` after.
+
+    ``partial=True`` scans only until the first pass is complete (a first frame of a huge trace
+    needs no more); ``scan()`` goes on in slices, and ``done`` says when the whole file is in.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.session: dict[str, Any] | None = None
+        self.exit: dict[str, Any] | None = None
+        self.passes: dict[int, PassIndex] = {}
+        self.problems: list[str] = []
+        self.lines = 0
+        self._corrupt: list[int] = []
+        self._orphans = 0
+        self._pos = 0
+        self._first = True
+        self._numbers: list[int] = []
+        self.done = False
+        try:
+            self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise TraceError(f"cannot open {self.path}: {exc.strerror or exc}") from None
+        try:
+            size = os.fstat(self._file.fileno()).st_size
+            if size == 0:
+                raise TraceError(f"{self.path} is empty: no events were recorded")
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            if partial:
+                self.scan(until_pass=True)
+            else:
+                self.scan()
+        except BaseException:
+            self._file.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def scan(self, budget: int | None = None, *, until_pass: bool = False) -> bool:
+        """Index more of the file: ``budget`` bytes, or until one pass is complete, or all of
+        it. True once the whole file is indexed."""
+        if self.done:
+            return True
+        data = self._map
+        size = len(data)
+        stop_at = size if budget is None else min(size, self._pos + budget)
+        first = self._first
+        head = _HEAD.match
+        find = data.find
+        start = self._pos
+        while start < stop_at:
+            newline = find(b"\n", start)
+            end = size if newline < 0 else newline + 1
+            self.lines += 1
+            match = head(data, start, min(end, start + 64))
+            if match is not None and data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}":
+                match = None  # not a whole line: let the parser decide
+            if match is None:
+                if data[start:end].strip() == b"":
+                    start = end
+                    continue
+                event = self._parse(start, end)
+                if first and event is None:
+                    raise TraceError(f"{self.path} is not a backstep trace (line 1 is not a "
+                                     "JSON event; write one with `backstep trace`)")
+                if event is None:
+                    self._corrupt.append(self.lines)
+                    start = end
+                    continue
+                kind, number = event.get("event"), event.get("pass")
+            else:
+                kind = match.group(1).decode()
+                number = int(match.group(2)) if match.group(2) else None
+            if first:
+                first = False
+                if kind != "session":
+                    self.problems.append("no session line at the start")
+            if kind in _CODE and isinstance(number, int):
+                self._add(kind, number, start, end)
+                if until_pass and kind == "pass_end":
+                    start = end
+                    break
+            elif kind == "session":
+                self.session = self._parse(start, end)
+                self._check_version()
+            elif kind == "exit":
+                self.exit = self._parse(start, end)
+            start = end
+        self._pos, self._first = start, first
+        self._numbers = sorted(self.passes)
+        if start < size:
+            if self.session is None and not self.passes:
+                return self.scan(budget, until_pass=until_pass)  # nothing to show yet
+            return False
+        self.done = True
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
+        data = self._map
+        if self.session is None and not self.passes:
+            raise TraceError(f"{self.path} is not a backstep trace (no session or pass events)")
+        if self._corrupt:
+            lines = self._corrupt
+            last = self.lines
+            if lines == [last] and not data[-1:] == b"\n":
+                self.problems.append(f"the last line is cut off (line {last})")
+            else:
+                self.problems.append(f"{len(lines)} unreadable line(s) skipped (first: line "
+                                     f"{lines[0]})")
+        if self._orphans:
+            self.problems.append(f"{self._orphans} event(s) of passes with no pass_begin skipped")
+        open_passes = [n for n, p in self.passes.items() if not p.complete]
+        if open_passes:
+            shown = ", ".join(str(n) for n in open_passes[:5])
+            self.problems.append(f"pass {shown} did not finish (the run stopped during it)")
+
+    def _add(self, kind: str, number: int, start: int, end: int) -> None:
+        index = self.passes.get(number)
+        if kind == "pass_begin":
+            index = self.passes[number] = PassIndex(number)  # parsed when read
+        elif index is None:
+            self._orphans += 1
+            return
+        if kind == "pass_end":
+            index.complete = True
+        elif kind == "node":
+            index.steps += 1
+        index.starts.append(start)
+        index.ends.append(end)
+        index.kinds.append(_CODE[kind])
+
+    def _parse(self, start: int, end: int) -> dict[str, Any] | None:
+        try:
+            event = json.loads(self._map[start:end])
+        except (ValueError, RecursionError):
+            return None
+        return event if isinstance(event, dict) and "event" in event else None
+
+    def _check_version(self) -> None:
+        version = (self.session or {}).get("version")
+        if isinstance(version, int) and version > VERSION:
+            self.problems.append(f"written by a newer backstep (schema version {version}, this "
+                                 f"one reads {VERSION}): showing what it understands")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def numbers(self) -> list[int]:
+        """Pass numbers in order (so far, while a partial index is still scanning)."""
+        return self._numbers
+
+    def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
+        """Only the events of these kinds of one pass (e.g. its accumulations), in order."""
+        index = self.passes[number]
+        codes = {_CODE[k] for k in kinds if k in _CODE}
+        found = []
+        for start, end, code in zip(index.starts, index.ends, index.kinds, strict=True):
+            if code in codes:
+                event = self._parse(start, end)
+                if event is not None:
+                    found.append(event)
+        return found
+
+    def read(self, number: int) -> Pass:
+        """Parse one pass's lines (and only those). Unreadable lines are left out."""
+        index = self.passes[number]
+        events: list[dict[str, Any]] = []
+        end_event: dict[str, Any] | None = None
+        begin: dict[str, Any] = {}
+        for start, end in zip(index.starts, index.ends, strict=True):
+            event = self._parse(start, end)
+            if event is None:
+                continue
+            kind = event.get("event")
+            if kind == "pass_begin":
+                begin = event
+                continue
+            if kind == "pass_end":
+                end_event = event
+            events.append(event)
+        return Pass(number, begin, events, end_event)
+
+    def note(self) -> str | None:
+        """What is wrong with the file, in one line, or None when nothing is."""
+        if not self.problems:
+            return None
+        return f"{os.path.basename(self.path)}: " + "; ".join(self.problems)
+
+    def close(self) -> None:
+        self._map.close()
+        self._file.close()
+
+    def __enter__(self) -> TraceIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

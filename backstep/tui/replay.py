@@ -1,0 +1,325 @@
+"""Replaying a trace: the snapshots a live session would have shown, at any step, either way.
+
+A live session that steps through every node sees, per node, a ``stopped`` event (paused before
+the node runs) and then the node's own ``node`` event. A trace holds the node events; the
+``stopped`` event is made from each one (the node's incoming gradients and saved tensors as they
+were before it ran). Feeding that stream into the same ``SessionModel`` the live UI uses gives the
+same snapshots, and since a snapshot only sees a prefix of its pass's append-only log, every
+earlier one stays valid: stepping back is looking one up. One pass is in memory at a time.
+Stdlib only (no textual, no torch).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from backstep.traceindex import Pass, TraceIndex
+from backstep.tui.model import SessionModel, Snapshot, Stop, _saved, _summaries
+from backstep.tui.model import number as number_of
+
+CARRY_EVERY = 32
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place in a trace: before node ``k`` (0-based, execution order) of pass ``number``;
+    ``k == count`` is the pass's end. ``after`` marks a gradient breakpoint: just after node
+    ``k`` ran."""
+
+    number: int
+    k: int
+    after: bool = False
+
+
+class PassTimeline:
+    """One pass, fed to a fresh model a node at a time, as far as anyone has looked."""
+
+    def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
+        self.number = number
+        self.pass_: Pass = index.read(number)
+        self.nodes = {n["id"]: n for n in self.pass_.nodes}
+        self.steps = self.pass_.steps
+        self.count = len(self.steps)
+        self.model = SessionModel()
+        if index.session is not None:
+            self.model.apply(index.session)
+        carried.feed(self.model)
+        self.model.apply(self.pass_.begin)
+        self._events = iter(self.pass_.events)
+        self._snaps: list[Snapshot] = []  # before node k
+        self._end: Snapshot | None = None
+        self._pending: dict[str, Any] | None = None  # the node event to apply after its stop
+
+    def _stop_event(self, k: int, reason: str) -> dict[str, Any]:
+        event = self.steps[k]
+        return {"event": "stopped", "pass": self.number, "step": event.get("step") or k + 1,
+                "id": event["id"], "name": event.get("name"), "reason": reason, "detail": None,
+                "grad_outputs": event.get("grad_outputs"), "saved": event.get("saved"),
+                "stop": k + 1, "thread": self.pass_.begin.get("thread")}
+
+    def _advance(self) -> None:
+        """Feed events until one more stop (or the end) has a snapshot."""
+        if self._pending is not None:
+            self.model.apply(self._pending)
+            self._pending = None
+        for event in self._events:
+            if event.get("event") == "node":
+                k = len(self._snaps)
+                self.model.apply(self._stop_event(k, "pass_start" if k == 0 else "step"))
+                self._snaps.append(self.model.snapshot())
+                self._pending = event
+                return
+            self.model.apply(event)
+        self._end = self.model.snapshot()
+
+    def at(self, k: int) -> Snapshot:
+        """The snapshot before node ``k`` runs (``k == count``: after the pass)."""
+        while len(self._snaps) <= k and self._end is None:
+            self._advance()
+        if k < len(self._snaps):
+            return self._snaps[k]
+        return self._end if self._end is not None else self.model.snapshot()
+
+    def stop_after(self, k: int, reason: str, detail: str | None) -> Snapshot:
+        """Just after node ``k`` ran, stopped by a gradient breakpoint (as live shows it)."""
+        snap = self.at(k + 1)
+        event = self.steps[k]
+        stop = Stop(pass_=self.number, step=event.get("step") or k + 1, id=event["id"],
+                    name=str(event.get("name")), reason=reason, detail=detail,
+                    grad_outputs=_summaries(event.get("grad_outputs")),
+                    saved=_saved(event.get("saved")), after=True, stop=-(k + 1),
+                    thread=self.pass_.begin.get("thread"))
+        return replace(snap, stop=stop, running=False)
+
+
+def gradient_trip(breakpoints: list[dict[str, Any]], event: dict[str, Any]
+                  ) -> tuple[str, str] | None:
+    """The engine's gradient breakpoints (nonfinite, norm above) on a recorded node."""
+    nonfinite = any(bp.get("kind") == "nonfinite" for bp in breakpoints)
+    limits = [float(bp["above"]) for bp in breakpoints if bp.get("kind") == "norm"]
+    for k, summary in enumerate(event.get("grad_inputs") or []):
+        if not summary:
+            continue
+        bad = summary.get("nonfinite") or 0
+        if nonfinite and bad:
+            return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
+        norm = summary.get("norm")
+        value = float(norm) if isinstance(norm, int | float | str) else math.nan
+        for above in limits:
+            if not value <= above:
+                return "norm", f"grad_inputs[{k}] norm {value:.4g} > {above:g}"
+    return None
+
+
+def node_trip(breakpoints: list[dict[str, Any]], info: dict[str, Any]) -> str | None:
+    """The engine's static breakpoints (node, module, leaf) on a recorded node."""
+    name, module, leaf = str(info.get("name")), info.get("module"), info.get("leaf")
+    for bp in breakpoints:
+        kind = bp.get("kind")
+        if kind == "node" and fnmatch.fnmatchcase(name, str(bp.get("pattern"))):
+            return f"node {bp.get('pattern')}"
+        if kind == "module" and module is not None and (
+                fnmatch.fnmatchcase(module, str(bp.get("pattern"))) or module == bp.get("pattern")):
+            return f"module {bp.get('pattern')}"
+        if kind == "leaf" and leaf is not None and leaf == bp.get("name"):
+            return f"leaf {leaf}"
+    return None
+
+
+class Replay:
+    """A cursor over a whole trace. ``snapshot()`` is what the UI shows at the cursor."""
+
+    def __init__(self, index: TraceIndex) -> None:
+        self.index = index
+        numbers = index.numbers()
+        self.position: Position | None = Position(numbers[0], 0) if numbers else None
+        self._timeline: PassTimeline | None = None
+        self._carried: dict[int, Carry] = {}
+        self._reason: tuple[str, str | None] | None = None
+        self._seq = 0
+
+    def _all(self) -> None:
+        """Index the rest of the file now (a move past what a partial index has seen)."""
+        if not self.index.done:
+            self.index.scan()
+
+    @property
+    def numbers(self) -> list[int]:
+        """The passes indexed so far (all of them once the index is done)."""
+        return self.index.numbers()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def timeline(self, number: int) -> PassTimeline:
+        if self._timeline is None or self._timeline.number != number:
+            self._timeline = None  # one pass in memory at a time
+            self._timeline = PassTimeline(self.index, number, self._carry(number))
+        return self._timeline
+
+    def _carry(self, number: int) -> Carry:
+        """What earlier passes leave behind, folded forward pass by pass from the nearest
+        remembered point (every ``CARRY_EVERY``-th pass and the latest are remembered)."""
+        earlier = [n for n in self.numbers if n < number]
+        if not earlier:
+            return Carry()
+        start = max((n for n in self._carried if n <= earlier[-1]), default=None)
+        carry = self._carried[start] if start is not None else Carry()
+        for last in earlier[earlier.index(start) + 1 if start is not None else 0:]:
+            carry = carry.fold(last, self.index.read_kinds(last, {"accumulate", "diagnosis"}))
+            if earlier.index(last) % CARRY_EVERY == 0:
+                self._carried[last] = carry
+        self._carried[earlier[-1]] = carry
+        return carry
+
+    def snapshot(self) -> Snapshot:
+        self._seq += 1
+        if self.position is None:
+            return Snapshot(seq=self._seq)
+        line = self.timeline(self.position.number)
+        if self.position.after and self._reason is not None:
+            snap = line.stop_after(self.position.k, *self._reason)
+        else:
+            snap = line.at(self.position.k)
+            if self._reason is not None and snap.stop is not None:
+                snap = replace(snap, stop=replace(snap.stop, reason=self._reason[0],
+                                                  detail=self._reason[1]))
+        return replace(snap, seq=self._seq)
+
+    # -- moving ----------------------------------------------------------------------------
+
+    def _go(self, position: Position, reason: tuple[str, str | None] | None = None) -> bool:
+        self.position, self._reason = position, reason
+        return True
+
+    def step(self, delta: int) -> bool:
+        """One node forward (1) or back (-1), across pass boundaries. False at either end."""
+        pos = self.position
+        if pos is None:
+            return False
+        if pos.after:  # just after node k is where "before node k+1" is, one step on
+            k = pos.k + 1 if delta > 0 else pos.k
+        else:
+            k = pos.k + delta
+        i = self.numbers.index(pos.number)
+        if k > self.timeline(pos.number).count:
+            if i + 1 >= len(self.numbers):
+                self._all()
+            if i + 1 >= len(self.numbers):
+                return False
+            return self._go(Position(self.numbers[i + 1], 0))
+        if k < 0:
+            if i == 0:
+                return False
+            number = self.numbers[i - 1]
+            return self._go(Position(number, self.timeline(number).count))
+        return self._go(Position(pos.number, k))
+
+    def jump(self, number: int, step: int | None = None) -> bool:
+        """To pass ``number``, before its node of step ``step`` (1-based; None: the start)."""
+        if number not in self.index.passes:
+            self._all()
+        if number not in self.index.passes:
+            return False
+        count = self.timeline(number).count
+        k = 0 if step is None else min(max(step - 1, 0), count)
+        return self._go(Position(number, k))
+
+    def pass_(self, delta: int) -> bool:
+        """To the start of the next (1) or previous (-1) pass; back from inside a pass goes to
+        its own start first."""
+        if self.position is None:
+            return False
+        if delta < 0 and (self.position.k > 0 or self.position.after):
+            return self._go(Position(self.position.number, 0))
+        i = self.numbers.index(self.position.number) + delta
+        if i >= len(self.numbers):
+            self._all()
+        if not 0 <= i < len(self.numbers):
+            return False
+        return self._go(Position(self.numbers[i], 0))
+
+    def find(self, breakpoints: list[dict[str, Any]], direction: int,
+             stop_at_pass_start: bool = True) -> bool:
+        """Continue forward (1) or backward (-1) to the next stop a live ``c`` would make:
+        a breakpoint, or the start of a pass. False when there is none (the cursor stays)."""
+        pos = self.position
+        if pos is None:
+            return False
+        if direction > 0:
+            self._all()
+        i = self.numbers.index(pos.number)
+        order = self.numbers[i:] if direction > 0 else self.numbers[i::-1]
+        for number in order:
+            line = self.timeline(number)
+            ks = range(line.count) if direction > 0 else range(line.count - 1, -1, -1)
+            for k in ks:
+                for after in ((False, True) if direction > 0 else (True, False)):
+                    here = Position(number, k, after)
+                    if not _beyond(here, pos, direction):
+                        continue
+                    reason = self._trip(line, k, after, breakpoints, stop_at_pass_start)
+                    if reason is not None:
+                        return self._go(here, reason)
+        return False
+
+    def _trip(self, line: PassTimeline, k: int, after: bool, breakpoints: list[dict[str, Any]],
+              stop_at_pass_start: bool) -> tuple[str, str | None] | None:
+        event = line.steps[k]
+        if after:
+            return gradient_trip(breakpoints, event)
+        why = node_trip(breakpoints, line.nodes.get(event["id"], event))
+        if why is not None:
+            return "breakpoint", why
+        if k == 0 and stop_at_pass_start:
+            return "pass_start", None
+        return None
+
+
+def _beyond(here: Position, pos: Position, direction: int) -> bool:
+    a = (here.k, here.after)
+    b = (pos.k, pos.after)
+    if here.number != pos.number:
+        return True
+    return a > b if direction > 0 else a < b
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What the model keeps from earlier passes: each leaf's last accumulation and how many
+    passes have accumulated into it since it was zeroed, and the diagnoses so far."""
+
+    number: int = 0
+    leaves: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    diagnoses: tuple[dict[str, Any], ...] = ()
+
+    def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
+        leaves = {leaf: (count, event) for leaf, count, event in self.leaves}
+        diagnoses = list(self.diagnoses)
+        for event in events:
+            if event.get("event") == "diagnosis":
+                diagnoses.append(event)
+                continue
+            leaf = event.get("leaf")
+            if not isinstance(leaf, str):
+                continue
+            before = event.get("before")
+            zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
+            count = 1 if zeroed else leaves.get(leaf, (1, None))[0] + 1
+            leaves[leaf] = (count, event)
+        return Carry(number, tuple((k, c, e) for k, (c, e) in leaves.items()), tuple(diagnoses))
+
+    def feed(self, model: SessionModel) -> None:
+        """Bring a fresh model to where it was after pass ``number``."""
+        if self.leaves:
+            model.apply({"event": "pass_begin", "pass": self.number, "nodes": []})
+            for leaf, count, event in self.leaves:
+                # the model counts passes since a leaf was zeroed; it gets the last accumulation
+                # only, so it is told the count before it (the live model reached it one by one)
+                model._zeroed_counts[leaf] = count - 1
+                model.apply({**event, "pass": self.number})
+            model.apply({"event": "pass_end", "pass": self.number, "status": "ok"})
+        for event in self.diagnoses:
+            model.apply(event)

@@ -1,0 +1,238 @@
+"""``backstep show``: the live UI over a recorded trace, stepping either way, no script run.
+
+The app is the live ``BackstepApp`` with a ``Replay`` cursor in place of a debuggee: every key
+moves the cursor and the snapshot at the cursor is posted as if the reader had made it. Keys:
+n/p a node forward/back, c/C on to the next/previous stop condition, g to a pass or step,
+[ / ] the previous/next pass. No torch is imported and nothing runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from backstep.traceindex import TraceIndex
+from backstep.tui.app import BackstepApp
+from backstep.tui.console import ConsolePanel
+from backstep.tui.help import HelpScreen
+from backstep.tui.messages import SnapshotReady
+from backstep.tui.replay import Replay
+from backstep.tui.status import REASONS, StatusLine
+
+SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
+HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
+         ("?", "help"), ("q", "quit"))
+
+
+REPLAY_KEYS = (
+    ("n / p", "a node forward / back (back shows exactly what was shown live there)"),
+    ("c / C", "on to the next / previous breakpoint or pass start"),
+    ("[ / ]", "the start of this or the previous pass / the next pass"),
+    ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
+    ("b / B", "breakpoints for c / C: the selected node's type / conditions"),
+    ("d / D", "next / previous diagnosis; x dismisses the banner"),
+    ("tab", "move between panels; arrows move in the graph"),
+    ("?", "this help"),
+    ("q", "quit"),
+)
+
+
+class ReplayHelp(HelpScreen):
+    """The keys of a replay."""
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, padding=(0, 2), show_header=False)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for key, what in REPLAY_KEYS:
+            table.add_row(key, what)
+        with Vertical(id="help-box"):
+            yield Static("backstep show — keys", id="help-title")
+            yield Static(table)
+            yield Static("escape closes", classes="dim-hint")
+
+
+def parse_goto(text: str, current: int | None) -> tuple[int, int | None] | None:
+    """``"3"`` is pass 3; ``"3:12"`` pass 3 before step 12; ``":12"`` step 12 of this pass."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            number, step = text.split(":", 1)
+            number_i = int(number) if number.strip() else current
+            return (number_i, int(step)) if number_i is not None else None
+        return int(text), None
+    except ValueError:
+        return None
+
+
+class GotoDialog(ModalScreen[str | None]):
+    """Asks where to go: a pass, or pass:step."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto-box"):
+            yield Static("go to pass N, or N:STEP, or :STEP in this pass")
+            yield Input(placeholder="2:15", id="goto-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ReplayApp(BackstepApp):
+    """The live UI, reading a trace."""
+
+    BINDINGS = [
+        Binding("n", "move(1)", "step"),
+        Binding("p", "move(-1)", "step back"),
+        Binding("c", "find(1)", "continue"),
+        Binding("C", "find(-1)", "continue back"),
+        Binding("g", "goto", "go to"),
+        Binding("right_square_bracket", "other_pass(1)", "next pass"),
+        Binding("left_square_bracket", "other_pass(-1)", "previous pass"),
+        Binding("f", "other_pass(1)", "finish"),
+    ]
+
+    DEFAULT_CSS = """
+    #goto-box { width: 60; height: auto; border: round $accent; padding: 0 1; }
+    GotoDialog { align: center middle; }
+    """
+
+    def __init__(self, index: TraceIndex, *, breakpoints: list[dict[str, Any]] | None = None,
+                 stop_at_pass_start: bool = True, note: str | None = None) -> None:
+        super().__init__(None, breakpoints=breakpoints or [],
+                         stop_at_pass_start=stop_at_pass_start)
+        self.replay = Replay(index)
+        self.note = note
+        self.title = f"backstep show {index.path}"
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._post()
+        if self.replay.index.done:
+            self._indexed()
+        else:  # a large trace: the rest is indexed in slices between keys
+            self._scanning = self.set_interval(0.02, self._scan_more)
+
+    def _scan_more(self) -> None:
+        if self.replay.index.scan(SCAN_SLICE):
+            self._scanning.stop()
+            self._indexed()
+        self._refresh_status()
+
+    def _indexed(self) -> None:
+        """The whole file is indexed: say what it holds, and what is wrong with it."""
+        console = self.query_one(ConsolePanel)
+        console.note(f"replaying {self.replay.index.path}: {len(self.replay.numbers)} pass(es)")
+        self.note = self.note or self.replay.index.note()
+        if self.note:
+            console.note(self.note)
+            self.notify(self.note, severity="warning", timeout=6)
+        exit_event = self.replay.index.exit
+        if exit_event is not None and exit_event.get("traceback"):
+            console.show_traceback(str(exit_event["traceback"]))
+
+    def _post(self) -> None:
+        self.post_message(SnapshotReady(self.replay.snapshot()))
+
+    def _moved(self, ok: bool, why: str) -> None:
+        if ok:
+            self._post()
+        else:
+            self.notify(why, timeout=2)
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def action_move(self, delta: int) -> None:
+        self._moved(self.replay.step(delta),
+                    "end of the trace" if delta > 0 else "start of the trace")
+
+    def action_step(self) -> None:
+        self.action_move(1)
+
+    def action_find(self, direction: int) -> None:
+        ok = self.replay.find(self.breakpoints, direction, self.stop_at_pass_start)
+        self._moved(ok, "no further stop in the trace" if direction > 0 else
+                    "no earlier stop in the trace")
+
+    def action_resume(self, command: str) -> None:
+        self.action_find(1)
+
+    def action_other_pass(self, delta: int) -> None:
+        self._moved(self.replay.pass_(delta), "no next pass" if delta > 0 else "no previous pass")
+
+    def action_goto(self) -> None:
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            pos = self.replay.position
+            target = parse_goto(text, pos.number if pos else None)
+            if target is None:
+                self.notify(f"not a pass or pass:step: {text!r}", severity="error", timeout=3)
+                return
+            self._moved(self.replay.jump(*target), f"no pass {target[0]} in this trace")
+
+        self.push_screen(GotoDialog(), done)
+
+    def action_help(self) -> None:
+        self.push_screen(ReplayHelp())
+
+    def action_interrupt(self) -> None:
+        self.exit(0)
+
+    def _send_breakpoints(self) -> None:
+        self._refresh_status()  # breakpoints live here: c and C read them
+
+    def action_quit_session(self) -> None:
+        self.exit(0)
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def _refresh_status(self) -> None:
+        self.query_one(StatusLine).update(replay_status(self))
+
+
+def replay_status(app: ReplayApp) -> Text:
+    """The status line in a replay: where the cursor is, why it stopped there, the keys."""
+    snap = app.snapshot
+    text = Text()
+    text.append(" replay ", style="bold reverse magenta")
+    view = snap.pass_
+    pos = app.replay.position
+    if view is not None and pos is not None:
+        total = app.replay.timeline(pos.number).count
+        last = app.replay.numbers[-1] if app.replay.index.done else "…"
+        text.append(f" pass {view.number}/{last} ", style="bold reverse")
+        text.append(f" {view.api}", style="bold")
+        if view.retain_graph:
+            text.append(" retain_graph", style="yellow")
+        if view.parent is not None:
+            text.append(f" nested in pass {view.parent}", style="yellow")
+        stop = snap.stop
+        if stop is not None:
+            text.append(f"  step {stop.step} of {total}  ")
+            text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
+            if stop.detail:
+                text.append(f" ({stop.detail})", style="yellow")
+            text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        else:
+            status = view.status or "did not finish"
+            text.append(f"  end of pass: {status}",
+                        style="green" if status == "ok" else "bold red")
+    if app.breakpoints:
+        text.append(f"  ●{len(app.breakpoints)}", style="red")
+    text.append("  ")
+    for key, what in HINTS:
+        text.append(f" {key}", style="bold cyan")
+        text.append(f" {what}", style="dim")
+    return text

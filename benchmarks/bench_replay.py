@@ -1,0 +1,201 @@
+"""Replay speed on a large synthetic trace: ``backstep show``'s first frame, keys, and memory.
+
+Writes a trace of many identical GPT-2-sized passes (``tests/tui_fixtures.transformer_pass``, a
+residual network of ``--nodes`` nodes, every node with gradient summaries and saved tensors, every
+block's weight accumulating) into a temporary directory until it is ``--size-mb`` large, then runs
+the real replay app headless (Textual's ``run_test``) at 140x42:
+
+- first frame: from opening the file (index scan) to the first stop fully rendered;
+- keys: n (step), p (step back), ] (next pass: read and parse a whole pass) and g to the last
+  pass (which also folds every earlier pass's leaf accumulations), each to panels updated;
+- memory: peak traced Python memory while doing all that, against one pass's size on disk and
+  one pass's events parsed (the file itself is memory-mapped, not read in).
+
+    python benchmarks/bench_replay.py [--size-mb 1024] [--nodes 2500] [--keys 30]
+
+Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
+median; memory <= 2x one pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from textual import events  # noqa: E402
+
+from backstep.traceindex import TraceIndex  # noqa: E402
+from backstep.tui.replay_app import ReplayApp  # noqa: E402
+from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
+
+MARK = "@PASS@"
+
+
+def pass_template(nodes: int) -> bytes:
+    """One pass's lines with the pass number left as a marker."""
+    begin = transformer_pass(nodes, number=0)
+    begin["pass"] = MARK
+    grads = summary([0.5, -1.0, 2.0, 0.25, 1.5, -0.75], [2, 3])
+    big = {"shape": [768, 768], "dtype": "float32", "device": "cuda:0", "min": -0.25,
+           "max": 0.31, "mean": 1.2e-05, "norm": 12.5, "nonfinite": 0}
+    saved = [{"name": "self", "status": "alive", "shape": [8, 1024, 768], "dtype": "float32",
+              "bytes": 25165824, "version": {"saved": 0, "now": 0}},
+             {"name": "mat2", "status": "alive", "shape": [768, 768], "dtype": "float32",
+              "bytes": 2359296, "version": None}]
+    lines = [begin]
+    for step, node in enumerate(begin["nodes"], start=1):
+        lines.append({"event": "node", "pass": MARK, "step": step, "id": node["id"],
+                      "name": node["name"], "grad_outputs": [big],
+                      "grad_inputs": [big if i % 2 else grads for i, _ in enumerate(node["next"])],
+                      "saved": saved if node["name"] != "AccumulateGrad" else [], "error": None})
+        if node.get("leaf"):
+            lines.append({"event": "accumulate", "pass": MARK, "leaf": node["leaf"],
+                          "id": node["id"], "before": big, "after": big, "retained": False})
+    lines.append({"event": "pass_end", "pass": MARK, "status": "ok", "error": None,
+                  "skipped": []})
+    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in lines)
+    return text.replace(f'"{MARK}"', MARK).encode()
+
+
+def write_trace(path: Path, size_mb: int, nodes: int) -> tuple[int, int]:
+    """Write passes until the file is size_mb large; (passes, bytes of one pass)."""
+    template = pass_template(nodes)
+    session = {"event": "session", "version": 1, "torch": "bench", "argv": ["bench"], "pid": 1}
+    count = 0
+    with open(path, "wb") as out:
+        out.write((json.dumps(session) + "\n").encode())
+        while out.tell() < size_mb * 1024 * 1024:
+            count += 1
+            out.write(template.replace(MARK.encode(), str(count).encode()))
+        out.write(b'{"event":"exit","code":0,"traceback":null}\n')
+    return count, len(template)
+
+
+async def until(ready: Any, timeout: float = 120.0) -> None:
+    end = time.perf_counter() + timeout
+    while not ready():
+        if time.perf_counter() > end:
+            raise TimeoutError("the UI never caught up")
+        await asyncio.sleep(0)
+
+
+def full_frame(app: ReplayApp) -> None:
+    app.screen._compositor.render_strips()
+
+
+async def keys(app: ReplayApp, key: str, count: int, moved: Any) -> list[float]:
+    samples = []
+    for _ in range(count):
+        before = app.snapshot.seq
+        t0 = time.perf_counter()
+        app.post_message(events.Key(key, None if len(key) > 1 else key))
+        await until(lambda before=before: app.snapshot.seq != before and moved())
+        full_frame(app)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    started = time.perf_counter()
+    index = TraceIndex(path, partial=True)  # as backstep show opens it
+    result["index"] = time.perf_counter() - started
+    app = ReplayApp(index)
+    async with app.run_test(size=(140, 42)):
+        await until(lambda: app.snapshot.stop is not None and app.selected is not None)
+        full_frame(app)
+        result["first_frame"] = time.perf_counter() - started
+        await until(lambda: index.done)
+        result["indexed"] = time.perf_counter() - started
+        result["n"] = await keys(app, "n", n_keys, lambda: True)
+        result["p"] = await keys(app, "p", n_keys, lambda: True)
+        result["]"] = await keys(app, "right_square_bracket", min(n_keys, count - 1) or 1,
+                                 lambda: True)
+        t0 = time.perf_counter()
+        app.replay.jump(count)  # as g does, without the dialog
+        app._post()
+        await until(lambda: app.snapshot.pass_ is not None
+                    and app.snapshot.pass_.number == count)
+        full_frame(app)
+        result["goto_last"] = time.perf_counter() - t0
+        result["n_late"] = await keys(app, "n", n_keys, lambda: True)
+    index.close()
+    return result
+
+
+def one_pass_parsed(path: Path) -> int:
+    """Traced bytes of one pass's events held in memory as parsed."""
+    with TraceIndex(path) as index:
+        tracemalloc.start()
+        held = index.read(1)
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        del held
+    return size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--nodes", type=int, default=2500)
+    parser.add_argument("--keys", type=int, default=30)
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the (slow, traced) memory run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.jsonl"
+        t0 = time.perf_counter()
+        count, pass_bytes = write_trace(path, args.size_mb, args.nodes)
+        size = os.path.getsize(path)
+        print(f"wrote {size / 2**20:.0f} MB: {count} passes of ~{args.nodes} nodes "
+              f"({pass_bytes / 2**20:.1f} MB each) in {time.perf_counter() - t0:.1f} s")
+        r = asyncio.run(measure(path, count, args.keys))
+        parsed = one_pass_parsed(path)
+        peak = None
+        if not args.no_memory:
+            tracemalloc.start()
+            asyncio.run(measure(path, count, 5))
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    ms = 1000.0
+    rows = [
+        ("open (index up to the first pass)", r["index"] * ms, None, None),
+        ("whole file indexed (in slices)", r["indexed"] * ms, None, None),
+        ("first frame (open -> rendered)", r["first_frame"] * ms, None, 2000.0),
+        ("n (step) -> panels updated", statistics.median(r["n"]) * ms, max(r["n"]) * ms, 50.0),
+        ("p (step back) -> panels updated", statistics.median(r["p"]) * ms, max(r["p"]) * ms,
+         50.0),
+        ("] (next pass) -> panels updated", statistics.median(r["]"]) * ms, max(r["]"]) * ms,
+         None),
+        (f"go to pass {count} (last)", r["goto_last"] * ms, None, None),
+        ("n in the last pass", statistics.median(r["n_late"]) * ms, max(r["n_late"]) * ms, 50.0),
+    ]
+    print(f"{'measure':34} {'median ms':>10} {'max ms':>8} {'target ms':>10}  ok")
+    ok_all = True
+    for name, median, worst, target in rows:
+        ok = target is None or median <= target
+        ok_all &= ok
+        worst_s = f"{worst:8.1f}" if worst is not None else f"{'':8}"
+        target_s = f"{target:10.0f}" if target is not None else f"{'-':>10}"
+        print(f"{name:34} {median:10.1f} {worst_s} {target_s}  {'yes' if ok else 'NO'}")
+    if peak is None:
+        return 0 if ok_all else 1
+    print(f"memory: peak traced {peak / 2**20:.1f} MB while replaying (incl. Textual); one pass "
+          f"is {pass_bytes / 2**20:.1f} MB on disk, {parsed / 2**20:.1f} MB parsed "
+          f"-> {peak / parsed:.2f}x one parsed pass")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

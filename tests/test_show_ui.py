@@ -1,0 +1,157 @@
+"""``backstep show``: the replay UI driven by keys (pilot), and end to end in a pty."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from backstep.cli import main
+from backstep.traceindex import TraceIndex
+from backstep.tui.graph import GraphPanel
+from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
+from tests.replay_traces import record
+from tests.test_tui import pilot
+
+SCRIPT = """\
+import torch
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 3)
+x = torch.randn(4, 3)
+for _ in range(2):
+    y = torch.tanh(lin(x)).sum()
+    y.backward()
+a = torch.tensor([1.0, -1.0], requires_grad=True)
+torch.sqrt(a).sum().backward()
+print("trained")
+"""
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(tmp_path_factory.mktemp("show"), "train", SCRIPT)
+
+
+def status(app: ReplayApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+async def press(pilot, *keys: str) -> None:
+    for key in keys:
+        await pilot.press(key)
+        await pilot.pause()
+
+
+@pilot
+async def test_step_forward_back_and_across_passes(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            assert "pass 1/3" in status(app)
+            assert "step 1 of 6  start of pass before SumBackward0" in status(app)
+            await press(pilot, "n", "n")
+            assert "step 3 of 6  step before AddmmBackward0" in status(app)
+            assert app.selected == app.snapshot.stop.id  # the graph follows the cursor
+            await press(pilot, "p")
+            assert "step 2 of 6  step before TanhBackward0" in status(app)
+            assert app.snapshot.pass_.done == 1
+            await press(pilot, "]")
+            assert "pass 2/3" in status(app) and "step 1 of 6" in status(app)
+            await press(pilot, "p")
+            assert "pass 1/3" in status(app) and "end of pass: ok" in status(app)
+            await press(pilot, "[")  # the start of this pass
+            assert "pass 1/3" in status(app) and "step 1 of 6" in status(app)
+            await press(pilot, "[")
+            assert "pass 1/3" in status(app)  # no previous pass: a note, the cursor stays
+
+
+@pilot
+async def test_continue_goes_to_breakpoints_both_ways(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index, breakpoints=[{"kind": "nonfinite"}], stop_at_pass_start=False)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await press(pilot, "c")
+            text = status(app)
+            assert "pass 3/3" in text and "non-finite gradient" in text
+            assert "after SqrtBackward0" in text
+            app.breakpoints = [{"kind": "node", "pattern": "AddmmBackward*"}]
+            await press(pilot, "C")
+            assert "pass 2/3" in status(app) and "breakpoint (node AddmmBackward*) before " \
+                "AddmmBackward0" in status(app)
+            await press(pilot, "C")
+            assert "pass 1/3" in status(app)
+
+
+@pilot
+async def test_goto_a_pass_and_step(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await press(pilot, "g")
+            assert isinstance(app.screen, GotoDialog)
+            await press(pilot, "2", ":", "4", "enter")
+            assert "pass 2/3" in status(app) and "step 4 of 6" in status(app)
+            graph = app.query_one(GraphPanel)
+            assert graph is not None
+
+
+def test_parse_goto() -> None:
+    assert parse_goto("3", 1) == (3, None)
+    assert parse_goto("3:12", 1) == (3, 12)
+    assert parse_goto(":12", 2) == (2, 12)
+    assert parse_goto("x", 2) is None
+
+
+def test_show_refuses_what_is_not_a_trace(tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "notes.txt"
+    junk.write_text("dear diary\n")
+    assert main(["show", str(junk)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("backstep show: ") and "not a backstep trace" in err
+    assert err.count("\n") == 1
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["show", str(empty)]) == 2
+    assert "is empty" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_show_end_to_end_in_a_terminal(trace: Path, tmp_path: Path) -> None:
+    from tests.test_run_e2e import Pty
+
+    cut = tmp_path / "cut.jsonl"
+    data = trace.read_bytes()
+    cut.write_bytes(data[: len(data) - 40])  # a killed run: the last line is half written
+    ui = Pty(["-m", "backstep", "show", str(cut)], tmp_path)
+    try:
+        screen = ui.expect(r"replay.*pass 1/3.*start of pass before SumBackward0")
+        assert "the last line is cut off" in screen
+        maps = Path(f"/proc/{ui.pid}/maps").read_text()
+        assert "libtorch" not in maps and "torch/_C" not in maps, "show loaded torch"
+        ui.press("n")
+        ui.expect(r"step 2 of 6  step before TanhBackward0")
+        ui.press("p")
+        ui.expect(r"step 1 of 6  start of pass before SumBackward0")
+        ui.press("q")
+        assert ui.wait() == 0
+    finally:
+        ui.kill()
+
+
+@pilot
+async def test_help_lists_the_replay_keys(trace: Path) -> None:
+    from backstep.tui.replay_app import ReplayHelp
+
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await press(pilot, "question_mark")
+            assert isinstance(app.screen, ReplayHelp)
+            await press(pilot, "escape")
+            assert not isinstance(app.screen, ReplayHelp)
