@@ -7,6 +7,7 @@ opens with what is valid (one line says what is not); a file that is not a trace
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from backstep import protocol
@@ -26,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a stop condition for c/C: MulBackward*, node:GLOB, module:GLOB, leaf:NAME, "
         "nonfinite, norm:VALUE (repeatable)",
     )
+    parser.add_argument("--against", metavar="B.jsonl",
+                        help="another trace of the same program: open where A first differs from "
+                        "B (as `backstep diff` finds it) and show B's gradients beside A's")
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="c does not stop at the first node of every pass")
     parser.set_defaults(handler=main)
@@ -44,16 +48,27 @@ def main(args: argparse.Namespace) -> int:
     except TraceError as exc:
         print(f"backstep show: {exc}", file=sys.stderr)
         return 2
-    with index:
+    against_index = None
+    if args.against:
+        try:
+            index.scan()
+            against_index = TraceIndex(args.against)
+        except TraceError as exc:
+            index.close()
+            print(f"backstep show: {exc}", file=sys.stderr)
+            return 2
+    with index, against_index or contextlib.nullcontext():
         note = index.note() if index.done else None
         if note:
             print(f"backstep show: note: {note}", file=sys.stderr)
         if not index.numbers():
             print(f"backstep show: {args.trace} has no backward pass to show", file=sys.stderr)
             return 2
+        from backstep.tui.against import Against
         from backstep.tui.replay_app import ReplayApp
 
+        against = Against(index, against_index) if against_index is not None else None
         app = ReplayApp(index, breakpoints=breakpoints,
-                        stop_at_pass_start=not args.no_stop_at_start, note=note)
+                        stop_at_pass_start=not args.no_stop_at_start, note=note, against=against)
         code = app.run()
     return int(code or 0)

@@ -6,7 +6,9 @@ values from the debuggee on demand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Group
 from rich.text import Text
@@ -36,6 +38,9 @@ class GradientsPanel(OptionList):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Gradients"
         self._focus: Focus | None = None
+        # ``backstep show --against B``: (pass, node) -> B's aligned node event, or None
+        self.against: Callable[[int, int], dict[str, Any] | None] | None = None
+        self._other: dict[str, Any] | None = None
 
     def show(self, focus: Focus) -> None:
         self._focus = focus
@@ -44,8 +49,20 @@ class GradientsPanel(OptionList):
             self.add_option(Option(Text("no node selected", style="dim"), disabled=True))
             return
         self.border_title = f"Gradients · {focus.info.name} #{focus.node}"
+        view = focus.snapshot.pass_
+        self._other = (self.against(view.number, focus.node)
+                       if self.against is not None and view is not None and focus.node is not None
+                       else None)
+        if self.against is not None and self._other is None:
+            options_b = Text("B: no node here (or it did not run)", style="dim italic")
+        elif self._other is not None and self._other.get("name") != focus.info.name:
+            options_b = Text(f"B: a different op here, {self._other.get('name')}", style="yellow")
+        else:
+            options_b = None
         options: list[Option] = [Option(Text("incoming  (grad_outputs)", style="bold"),
                                         disabled=True)]
+        if options_b is not None:
+            options.append(Option(options_b, disabled=True))
         outputs = focus.grad_outputs
         if outputs is None:
             options.append(Option(Text("not reached yet", style="dim italic"), disabled=True))
@@ -78,6 +95,11 @@ class GradientsPanel(OptionList):
 
     def _option(self, slot: str, index: int, title: str, summary: Summary | None) -> Option:
         parts: list[Text] = [Text(title, style="cyan"), Text("  ").append_text(summary_line(summary))]
+        if self._other is not None:
+            group = self._other.get(slot)
+            if isinstance(group, list) and index < len(group):
+                parts.append(Text("  B: ", style="bold magenta").append_text(
+                    summary_line(group[index])))
         if summary is not None:
             values = values_text(summary)
             spark = histogram(summary)

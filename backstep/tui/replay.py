@@ -227,6 +227,15 @@ class Replay:
         k = 0 if step is None else min(max(step - 1, 0), count)
         return self._go(Position(number, k))
 
+    def stop_at(self, number: int, step: int, reason: str) -> bool:
+        """Just after the node of step ``step`` (1-based) of pass ``number`` ran, stopped
+        for ``reason`` (``show --against``: where the difference from B is born)."""
+        if not self.jump(number, step) or self.position is None:
+            return False
+        if self.position.k >= self.timeline(number).count:
+            return True
+        return self._go(Position(number, self.position.k, True), (reason, None))
+
     def pass_(self, delta: int) -> bool:
         """To the start of the next (1) or previous (-1) pass; back from inside a pass goes to
         its own start first."""

@@ -19,8 +19,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from backstep.traceindex import TraceIndex
+from backstep.tui.against import Against
 from backstep.tui.app import BackstepApp
 from backstep.tui.console import ConsolePanel
+from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
@@ -109,14 +111,34 @@ class ReplayApp(BackstepApp):
     """
 
     def __init__(self, index: TraceIndex, *, breakpoints: list[dict[str, Any]] | None = None,
-                 stop_at_pass_start: bool = True, note: str | None = None) -> None:
+                 stop_at_pass_start: bool = True, note: str | None = None,
+                 against: Against | None = None) -> None:
         super().__init__(None, breakpoints=breakpoints or [],
                          stop_at_pass_start=stop_at_pass_start)
         self.replay = Replay(index)
         self.note = note
         self.title = f"backstep show {index.path}"
+        self.against = against
+        if against is not None:
+            self.title += f" --against {against.b.path}"
+            self._to_difference()
+
+    def _to_difference(self) -> None:
+        """Start where A first differs from B: after the birth node, or before the node where
+        the graphs part (a structural difference)."""
+        found = self.against.difference if self.against is not None else None
+        if found is None or found.get("pass") is None:
+            return
+        if found.get("step") is None:
+            self.replay.jump(found["pass"])
+        elif found["kind"] == "structure":
+            self.replay.jump(found["pass"], found["step"])
+        else:
+            self.replay.stop_at(found["pass"], found["step"], "first difference")
 
     def on_mount(self) -> None:
+        if self.against is not None:
+            self.query_one(GradientsPanel).against = self.against.node
         super().on_mount()
         self._post()
         if self.replay.index.done:
@@ -229,6 +251,9 @@ def replay_status(app: ReplayApp) -> Text:
             status = view.status or "did not finish"
             text.append(f"  end of pass: {status}",
                         style="green" if status == "ok" else "bold red")
+    if app.against is not None:
+        text.append(against_status(app.against, pos.number if pos else None,
+                                   snap.stop.step if snap.stop else None))
     if app.breakpoints:
         text.append(f"  ●{len(app.breakpoints)}", style="red")
     text.append("  ")
@@ -236,3 +261,14 @@ def replay_status(app: ReplayApp) -> Text:
         text.append(f" {key}", style="bold cyan")
         text.append(f" {what}", style="dim")
     return text
+
+
+def against_status(against: Against, number: int | None, step: int | None) -> Text:
+    """``--against B``: whether and where A differs from B, "here" at the birth node."""
+    found = against.difference
+    if found is None:
+        return Text("  no difference from B", style="bold green")
+    if found.get("pass") == number and found.get("step") == step:
+        return Text(f"  differs from B here: {found['what']}", style="bold red")
+    where = ", ".join(f"{k} {found[k]}" for k in ("pass", "step") if found.get(k) is not None)
+    return Text(f"  differs from B{' at ' + where if where else ''}", style="red")
