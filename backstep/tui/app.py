@@ -58,7 +58,8 @@ class BackstepApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "backstep"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (140, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-normal"), (40, "-tall")]
     BINDINGS = [
         Binding("n", "step", "step"),
         Binding("c", "resume('continue')", "continue"),
@@ -68,6 +69,7 @@ class BackstepApp(App[int]):
         Binding("d", "diagnosis(1)", "next diagnosis"),
         Binding("D", "diagnosis(-1)", "previous diagnosis"),
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
+        Binding("z", "zoom", "maximise"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True),
@@ -352,6 +354,14 @@ class BackstepApp(App[int]):
     def _send_breakpoints(self) -> None:
         self.send({"cmd": "break", "breakpoints": list(self.breakpoints)})
         self._refresh_status()
+
+    def action_zoom(self) -> None:
+        """Maximise the focused panel (Textual's own maximise), or restore the layout."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+        elif screen.focused is None or not screen.maximize(screen.focused):
+            self.notify("focus a panel first (tab)", timeout=2)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

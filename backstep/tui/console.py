@@ -12,6 +12,8 @@ class ConsolePanel(Vertical):
     """A live log of the script's output (partial lines included) and, if it raised, the
     traceback highlighted."""
 
+    ALLOW_MAXIMIZE = True  # z on the log maximises the whole panel, traceback included
+
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Console"

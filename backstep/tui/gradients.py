@@ -44,8 +44,15 @@ class GradientsPanel(OptionList):
             self.add_option(Option(Text("no node selected", style="dim"), disabled=True))
             return
         self.border_title = f"Gradients · {focus.info.name} #{focus.node}"
-        options: list[Option] = [Option(Text("incoming  (grad_outputs)", style="bold"),
-                                        disabled=True)]
+        options: list[Option] = []
+        if focus.info.leaf or focus.info.module:  # the full names, cut elsewhere
+            where = Text(focus.info.name, style="bold")
+            if focus.info.leaf:
+                where.append(f" {focus.info.leaf}", style="green")
+            if focus.info.module:
+                where.append(f" in {focus.info.module}", style="cyan")
+            options.append(Option(where, disabled=True))
+        options.append(Option(Text("incoming  (grad_outputs)", style="bold"), disabled=True))
         outputs = focus.grad_outputs
         if outputs is None:
             options.append(Option(Text("not reached yet", style="dim italic"), disabled=True))

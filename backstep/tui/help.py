@@ -21,6 +21,7 @@ KEYS = (
     ("B", "breakpoint conditions: node glob, module glob, leaf, non-finite, norm above"),
     ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
     ("tab", "move between panels; arrows move in the graph"),
+    ("z", "maximise the focused panel; z again restores the layout"),
     ("ctrl+c", "interrupt: stop at the next node while the script runs"),
     ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),
     ("x", "dismiss the diagnosis banner (d brings it back)"),
