@@ -32,6 +32,7 @@ from backstep.tui.model import Diagnosis, Snapshot, focus
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.reader import Reader
 from backstep.tui.saved import SavedPanel
+from backstep.tui.search import SearchBar, matches, pick
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
 from backstep.tui.tensorview import TensorView
@@ -70,6 +71,9 @@ class BackstepApp(App[int]):
         Binding("D", "diagnosis(-1)", "previous diagnosis"),
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
         Binding("z", "zoom", "maximise"),
+        Binding("slash", "search", "search"),
+        Binding("N", "search_step(-1)", "previous match", show=False),
+        Binding("escape", "leave_search", "leave search", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True),
@@ -103,6 +107,7 @@ class BackstepApp(App[int]):
         # a diagnosis came into view since the last key that resumed the script: a stop that
         # follows it (the engine diagnoses a node as it runs) must not take its selection away
         self._diagnosis_new = False
+        self.searching: str | None = None  # the query while n / N browse the matches
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -120,10 +125,12 @@ class BackstepApp(App[int]):
             yield ConsolePanel(id="console")
             if self.narration is not None:
                 yield NarrationPanel(self.narration, id="narration")
+        yield SearchBar(id="search")
         yield StatusLine(id="status")
 
     def on_mount(self) -> None:
         self.query_one("#console-traceback").display = False
+        self.query_one(SearchBar).close()
         self.query_one(GraphPanel).focus()
         self._refresh_all()
         self.set_interval(0.1, self.reader.flush)
@@ -306,6 +313,9 @@ class BackstepApp(App[int]):
         return False
 
     def action_step(self) -> None:
+        if self.searching is not None:  # n browses the matches while a search is up
+            self.action_search_step(1)
+            return
         self.action_resume("step")
 
     def _addressed(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -362,6 +372,47 @@ class BackstepApp(App[int]):
             screen.minimize()
         elif screen.focused is None or not screen.maximize(screen.focused):
             self.notify("focus a panel first (tab)", timeout=2)
+
+    # -- search ---------------------------------------------------------------------------
+
+    def action_search(self) -> None:
+        self.query_one(SearchBar).open()
+
+    @on(SearchBar.Go)
+    def _search_go(self, message: SearchBar.Go) -> None:
+        self.searching = message.query if message.query.strip() else None
+        if self.searching is None:
+            self.action_leave_search()
+            return
+        if self._search_move(1):
+            self.query_one(GraphPanel).focus()  # the keys go back to the graph: n / N browse
+
+    def action_search_step(self, step: int) -> None:
+        if self.searching is None:
+            self.notify("N: previous match, once a search is up (/)", timeout=2)
+            return
+        self._search_move(step)
+
+    def _search_move(self, step: int) -> bool:
+        view = self.snapshot.pass_
+        bar = self.query_one(SearchBar)
+        found = matches(view.graph, self.searching or "") if view is not None else []
+        chosen = pick(found, self.selected, step)
+        bar.tell(found, chosen)
+        if chosen is None:
+            return False
+        self.selected = chosen
+        self._diagnosis_pinned = False
+        self.query_one(GraphPanel).reveal(chosen)
+        self._refresh_details()
+        return True
+
+    def action_leave_search(self) -> None:
+        bar = self.query_one(SearchBar)
+        if bar.display or self.searching is not None:
+            self.searching = None
+            bar.close()
+            self.query_one(GraphPanel).focus()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
