@@ -149,3 +149,18 @@ def test_demo_ui_fits(snap_compare, size: tuple[int, int]) -> None:
     assert demo is not None
     app = app_at(3, narration=narration.load(demo.narration))
     assert snap_compare(app, terminal_size=size)
+
+
+def test_gradient_flow(snap_compare) -> None:
+    """F after the pass: the chart over the two leaves (one NaN), in model order."""
+    events = long_name_events()
+    for ev in events:
+        if ev["event"] == "accumulate" and ev["leaf"].endswith("bias"):
+            ev["after"] = summary([float("nan"), 1.0])
+
+    async def finish(pilot: Pilot) -> None:
+        await pilot.press("f")
+        await pilot.pause()
+
+    app = BackstepApp(RecordingLink(events, stop=1))
+    assert snap_compare(app, terminal_size=(110, 32), run_before=finish, press=["F"])

@@ -17,6 +17,7 @@ from textual.containers import Horizontal, Vertical
 from backstep.tui.breakpoints import BreakpointDialog, describe
 from backstep.tui.console import ConsolePanel
 from backstep.tui.diagnosis import DiagnosisBanner
+from backstep.tui.flow import EXPLODING, FlowScreen
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
@@ -72,6 +73,7 @@ class BackstepApp(App[int]):
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
         Binding("z", "zoom", "maximise"),
         Binding("slash", "search", "search"),
+        Binding("F", "flow", "gradient flow"),
         Binding("N", "search_step(-1)", "previous match", show=False),
         Binding("escape", "leave_search", "leave search", show=False),
         Binding("question_mark", "help", "help"),
@@ -87,6 +89,7 @@ class BackstepApp(App[int]):
         stop_at_pass_start: bool = True,
         source: bool = True,
         narration: Narration | None = None,
+        flow_exploding: float = EXPLODING,
     ) -> None:
         super().__init__()
         self.link = link
@@ -94,6 +97,7 @@ class BackstepApp(App[int]):
         self.stop_at_pass_start = stop_at_pass_start
         self.source_enabled = source
         self.narration = narration
+        self.flow_exploding = flow_exploding  # the gradient-flow chart's "exploding" line
         self.reader = Reader(self.post_message)
         self.snapshot = Snapshot()
         self.selected: int | None = None
@@ -169,6 +173,8 @@ class BackstepApp(App[int]):
             self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
         if self.narration is not None:
             self.query_one(NarrationPanel).show(snap)
+        if isinstance(self.screen, FlowScreen):  # the chart fills in as leaves accumulate
+            self.screen.show(snap)
         if self.query_one(DiagnosisBanner).show(snap.diagnoses):
             self._diagnosis_new = True
             self._focus_diagnosis()
@@ -413,6 +419,10 @@ class BackstepApp(App[int]):
             self.searching = None
             bar.close()
             self.query_one(GraphPanel).focus()
+
+    def action_flow(self) -> None:
+        if not isinstance(self.screen, FlowScreen):
+            self.push_screen(FlowScreen(self.snapshot, self.flow_exploding))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
