@@ -30,6 +30,7 @@ from backstep.tui.messages import (
     TensorAnswer,
 )
 from backstep.tui.model import Diagnosis, Snapshot, focus
+from backstep.tui.modules import ModulePanel
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.reader import Reader
 from backstep.tui.saved import SavedPanel
@@ -74,6 +75,7 @@ class BackstepApp(App[int]):
         Binding("z", "zoom", "maximise"),
         Binding("slash", "search", "search"),
         Binding("F", "flow", "gradient flow"),
+        Binding("m", "modules", "module view"),
         Binding("N", "search_step(-1)", "previous match", show=False),
         Binding("escape", "leave_search", "leave search", show=False),
         Binding("question_mark", "help", "help"),
@@ -119,6 +121,7 @@ class BackstepApp(App[int]):
         yield DiagnosisBanner(id="diagnosis")
         with Horizontal(id="main"):
             yield GraphPanel(id="graph")
+            yield ModulePanel(id="modules")
             with Vertical(id="middle"):
                 yield GradientsPanel(id="gradients")
                 yield SavedPanel(id="saved")
@@ -164,7 +167,8 @@ class BackstepApp(App[int]):
             self._diagnosis_pinned = False
             graph = self.query_one(GraphPanel)
             graph.show(snap)
-            graph.reveal(stop.id)
+            if not self.screen.has_class("-modules"):  # else m reveals it on the way back
+                graph.reveal(stop.id)
         else:
             if snap.exit is not None:
                 self.waiting = False
@@ -173,6 +177,11 @@ class BackstepApp(App[int]):
             self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
         if self.narration is not None:
             self.query_one(NarrationPanel).show(snap)
+        if self.screen.has_class("-modules"):
+            modules = self.query_one(ModulePanel)
+            modules.show(snap)
+            if new_stop and stop is not None:
+                modules.reveal(stop.id)
         if isinstance(self.screen, FlowScreen):  # the chart fills in as leaves accumulate
             self.screen.show(snap)
         if self.query_one(DiagnosisBanner).show(snap.diagnoses):
@@ -419,6 +428,22 @@ class BackstepApp(App[int]):
             self.searching = None
             bar.close()
             self.query_one(GraphPanel).focus()
+
+    def action_modules(self) -> None:
+        """Toggle the graph panel and the module view (the same slot)."""
+        on = not self.screen.has_class("-modules")
+        self.screen.set_class(on, "-modules")
+        if on:
+            modules = self.query_one(ModulePanel)
+            modules.show(self.snapshot)
+            if self.selected is not None:
+                modules.reveal(self.selected)
+            modules.focus()
+        else:
+            graph = self.query_one(GraphPanel)
+            if self.selected is not None:
+                graph.reveal(self.selected)
+            graph.focus()
 
     def action_flow(self) -> None:
         if not isinstance(self.screen, FlowScreen):

@@ -25,6 +25,8 @@ KEYS = (
     ("/", "search: part of a node name, module path or leaf name; enter selects the next match"),
     ("n / N", "while a search is up: next / previous match (n steps again once escape leaves it)"),
     ("escape", "leave the search (or restore a maximised panel)"),
+    ("m", "module view: nodes folded by module path, with done/pending, largest norm, ✗ NaN"),
+    ("", "right / left unfold and fold a module; m again shows the graph"),
     ("F", "gradient flow: each leaf's ‖grad‖ and max |grad| in model order, log scale"),
     ("ctrl+c", "interrupt: stop at the next node while the script runs"),
     ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),
