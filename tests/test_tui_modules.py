@@ -7,7 +7,17 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.model import SessionModel
 from backstep.tui.modules import NO_MODULE, ModulePanel, build_modules, module_parts
 from tests.test_tui import pilot, screen_text
-from tests.tui_fixtures import ADD, MUL, POW, RecordingLink, long_name_events, summary, upto_stop
+from tests.tui_fixtures import (
+    ACC_X,
+    ACC_Y,
+    ADD,
+    MUL,
+    POW,
+    RecordingLink,
+    long_name_events,
+    summary,
+    upto_stop,
+)
 
 PATH = ("model", "transformer", "h.11", "mlp", "c_proj")
 
@@ -24,11 +34,13 @@ def test_nodes_fold_under_their_module_path() -> None:
     view = model.snapshot().pass_
     assert view is not None
     root = build_modules(view)
-    assert list(root.children) == ["model", NO_MODULE]
+    assert list(root.children) == ["model"]  # the leaves fold under their parameter's module
     mod = root
     for part in PATH:
         mod = mod.children[part]
-    assert mod.nodes == [POW, ADD, MUL] and len(root.children["model"].all_nodes) == 3
+    assert mod.nodes == [POW, ADD, MUL, ACC_Y] and len(root.children["model"].all_nodes) == 5
+    ln_2 = root.children["model"].children["transformer"].children["h.0"].children["ln_2"]
+    assert ln_2.nodes == [ACC_X]
 
 
 @pilot
@@ -42,10 +54,11 @@ async def test_m_shows_modules_with_counts_and_the_current_node_unfolded() -> No
         assert panel.display and not app.query_one("#graph").display
         assert app.focused is panel
         text = screen_text(app)
-        assert "c_proj  2✓ 1·" in text and "h.11  2✓ 1·" in text  # Pow and Add ran, Mul next
+        assert "c_proj  2✓ 2·" in text and "h.11  2✓ 2·" in text  # Pow, Add ran; Mul, y.grad not
         assert "MulBackward0 #3" in text  # its module was unfolded for it
         assert panel.cursor_node is not None and panel.cursor_node.data == ("node", MUL)
-        assert "model › transformer › h.11" in str(panel.border_subtitle)
+        assert str(panel.border_subtitle).endswith("h.11 › mlp › c_proj")  # the tail kept
+        assert panel.breadcrumb(MUL).startswith("…") or "model ›" in panel.breadcrumb(MUL)
         await pilot.press("up")  # onto AddBackward0: the detail follows
         await pilot.pause()
         assert app.selected == ADD
@@ -73,8 +86,20 @@ async def test_a_nan_in_a_module_marks_it() -> None:
         await pilot.pause()
         await pilot.press("m")
         await pilot.pause()
-        assert "c_proj ✗  2✓ 1·" in screen_text(app)
+        assert "c_proj ✗  2✓ 2·" in screen_text(app)
         assert "h.11 ✗  2✓" in screen_text(app)  # and every module above it
         await pilot.press("n")  # the counts follow the steps
         await pilot.pause()
-        assert "c_proj ✗  3✓ 0·" in screen_text(app)
+        assert "c_proj ✗  3✓ 1·" in screen_text(app)
+
+
+@pilot
+async def test_search_in_the_module_view_unfolds_the_match() -> None:
+    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("m", "slash", "m", "u", "l", "enter")
+        await pilot.pause()
+        panel = app.query_one(ModulePanel)
+        assert app.selected == MUL and app.focused is panel
+        assert panel.cursor_node is not None and panel.cursor_node.data == ("node", MUL)

@@ -164,3 +164,10 @@ def test_gradient_flow(snap_compare) -> None:
 
     app = BackstepApp(RecordingLink(events, stop=1))
     assert snap_compare(app, terminal_size=(110, 32), run_before=finish, press=["F"])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_module_view(snap_compare, size: tuple[int, int]) -> None:
+    """m: the nodes folded by module path, the current node's module unfolded."""
+    app = BackstepApp(RecordingLink(long_name_events(), stop=3))
+    assert snap_compare(app, terminal_size=size, press=["m"])

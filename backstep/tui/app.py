@@ -399,8 +399,9 @@ class BackstepApp(App[int]):
         if self.searching is None:
             self.action_leave_search()
             return
-        if self._search_move(1):
-            self.query_one(GraphPanel).focus()  # the keys go back to the graph: n / N browse
+        if self._search_move(1):  # the keys go back to the graph: n / N browse
+            modules = self.screen.has_class("-modules")
+            self.query_one(ModulePanel if modules else GraphPanel).focus()
 
     def action_search_step(self, step: int) -> None:
         if self.searching is None:
@@ -419,6 +420,8 @@ class BackstepApp(App[int]):
         self.selected = chosen
         self._diagnosis_pinned = False
         self.query_one(GraphPanel).reveal(chosen)
+        if self.screen.has_class("-modules"):
+            self.query_one(ModulePanel).reveal(chosen)
         self._refresh_details()
         return True
 

@@ -20,7 +20,7 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.format import GLYPHS, cut_left, num
 from backstep.tui.graph import GraphPanel
-from backstep.tui.model import PassView, Snapshot, number
+from backstep.tui.model import NodeInfo, PassView, Snapshot, number
 
 NO_MODULE = "(no module)"
 
@@ -49,18 +49,28 @@ def module_parts(module: str | None) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def node_module(info: NodeInfo) -> tuple[str, ...]:
+    """Where a node folds: its module, or for a leaf's AccumulateGrad the module that owns
+    the parameter (``h.0.ln_2.weight`` -> ``h.0.ln_2``)."""
+    if info.module is None and info.leaf and "." in info.leaf:
+        return module_parts(info.leaf.rsplit(".", 1)[0])
+    return module_parts(info.module)
+
+
 def build_modules(view: PassView) -> Module:
     """The module tree of a pass's graph, nodes in graph order."""
     root = Module(())
     for node_id in view.graph.order:
         info = view.graph.nodes[node_id]
-        parts = module_parts(info.module)
+        parts = node_module(info)
         mod = root
         mod.all_nodes.append(node_id)
         for i, part in enumerate(parts):
             mod = mod.children.setdefault(part, Module(parts[: i + 1]))
             mod.all_nodes.append(node_id)
         mod.nodes.append(node_id)
+    if NO_MODULE in root.children:  # the unplaced nodes last
+        root.children[NO_MODULE] = root.children.pop(NO_MODULE)
     return root
 
 
@@ -158,8 +168,8 @@ class ModulePanel(Tree[Row]):
             if got is None:
                 continue
             norm, bad = got
-            parts = module_parts(view.graph.nodes[node_id].module) if node_id in \
-                view.graph.nodes else ()
+            parts = node_module(view.graph.nodes[node_id]) if node_id in view.graph.nodes \
+                else ()
             for i in range(1, len(parts) + 1):
                 old = self._stats.get(parts[:i], Stats(0, 0, None, False))
                 top = old.norm if norm is None else norm if old.norm is None else \
@@ -220,14 +230,17 @@ class ModulePanel(Tree[Row]):
         """``model › transformer › h.3 › attn`` for the node's module."""
         if self._view is None or node_id not in self._view.graph.nodes:
             return ""
-        crumb = " › ".join(module_parts(self._view.graph.nodes[node_id].module))
+        crumb = " › ".join(node_module(self._view.graph.nodes[node_id]))
         return cut_left(crumb, max(8, self.size.width - 8)) if self.size.width else crumb
+
+    def _crumb(self, node_id: int) -> None:
+        self.border_subtitle = self.breadcrumb(node_id)
 
     def reveal(self, node_id: int, move: bool = True) -> None:
         """Unfold the node's module (and its parents); by default put the cursor on it."""
         if self._view is None or self._root is None or node_id not in self._view.graph.nodes:
             return
-        parts = module_parts(self._view.graph.nodes[node_id].module)
+        parts = node_module(self._view.graph.nodes[node_id])
         for i in range(len(parts) + 1):
             mod = self._find(parts[:i])
             if mod is None:
@@ -237,6 +250,8 @@ class ModulePanel(Tree[Row]):
             if tree_node is not None and i and not tree_node.is_expanded:
                 tree_node.expand()
         self.border_subtitle = self.breadcrumb(node_id)
+        if not self.size.width:  # just shown: cut the breadcrumb once laid out
+            self.call_after_refresh(self._crumb, node_id)
         row = self._rows.get(node_id)
         if row is not None and move:
             self._tree_lines  # noqa: B018 - rebuild line numbers so the cursor lands right
