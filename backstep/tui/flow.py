@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,7 +17,6 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
 
 from backstep.tui.format import cut_left
 from backstep.tui.model import Snapshot, number
@@ -102,6 +102,8 @@ class FlowScreen(ModalScreen[None]):
         self.flows: list[LeafFlow] = []
 
     def compose(self) -> ComposeResult:
+        from textual_plotext import PlotextPlot  # here: plotext costs ~35 ms at UI start-up
+
         with Vertical(id="flow-box"):
             yield PlotextPlot(id="flow-plot")
             yield Static("", id="flow-verdicts")
@@ -118,7 +120,7 @@ class FlowScreen(ModalScreen[None]):
         view = snapshot.pass_
         box = self.query_one("#flow-box")
         box.border_subtitle = f"pass {view.number} · escape closes" if view else "escape closes"
-        plot = self.query_one(PlotextPlot)
+        plot: Any = self.query_one("#flow-plot")
         plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
