@@ -7,7 +7,8 @@ the UI's own: events in, snapshot, panels updated, a full frame rendered.
 
     python benchmarks/bench_ui.py [--nodes 10000] [--keys 30]
 
-Targets (issue 3): first frame <= 1 s; key-to-updated-panels median <= 50 ms.
+Targets (issue 3): first frame <= 1 s; key-to-updated-panels median <= 50 ms; the same for the
+module view (issue 16: m's first frame <= 1 s, a key in it <= 50 ms).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from textual import events  # noqa: E402
 
 from backstep.tui.app import BackstepApp  # noqa: E402
 from backstep.tui.graph import GraphPanel  # noqa: E402
+from backstep.tui.modules import ModulePanel  # noqa: E402
 from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 
 
@@ -102,7 +104,7 @@ def full_frame(app: BackstepApp) -> None:
 
 async def measure(nodes: int, keys: int) -> dict[str, Any]:
     event = transformer_pass(nodes)
-    link = InstantLink(stepping_events(event, keys + 1))
+    link = InstantLink(stepping_events(event, 2 * keys + 1))
     app = BackstepApp(link)
     result: dict[str, Any] = {"nodes": len(event["nodes"])}
     async with app.run_test(size=(140, 42)) as pilot:
@@ -135,6 +137,34 @@ async def measure(nodes: int, keys: int) -> dict[str, Any]:
             full_frame(app)
             samples.append(time.perf_counter() - t0)
         result["select"] = samples
+
+        # the module view (m): its first frame, then keys that move in it
+        t0 = time.perf_counter()
+        press(app, "m")
+        modules = app.query_one(ModulePanel)
+        await until(lambda: modules.display and modules.cursor_node is not None
+                    and app.focused is modules)
+        full_frame(app)
+        result["modules_first"] = time.perf_counter() - t0
+        samples = []
+        for k in range(keys):
+            before = modules.cursor_line
+            t0 = time.perf_counter()
+            press(app, "up" if k % 2 else "down")
+            await until(lambda before=before: modules.cursor_line != before, timeout=2.0)
+            full_frame(app)
+            samples.append(time.perf_counter() - t0)
+        result["modules_key"] = samples
+        samples = []
+        for _ in range(keys):  # n in the module view: counts and labels follow the step
+            target = app.snapshot.stop.step + 1 if app.snapshot.stop else 0
+            t0 = time.perf_counter()
+            press(app, "n")
+            await until(lambda target=target: app.snapshot.stop is not None
+                        and app.snapshot.stop.step == target and not app.waiting, timeout=5.0)
+            full_frame(app)
+            samples.append(time.perf_counter() - t0)
+        result["modules_step"] = samples
     return result
 
 
@@ -151,6 +181,11 @@ def main() -> int:
          50.0),
         ("down (select) -> panels updated", statistics.median(r["select"]) * ms,
          max(r["select"]) * ms, 50.0),
+        ("m -> module view first frame", r["modules_first"] * ms, None, 1000.0),
+        ("up/down in module view", statistics.median(r["modules_key"]) * ms,
+         max(r["modules_key"]) * ms, 50.0),
+        ("n in module view -> updated", statistics.median(r["modules_step"]) * ms,
+         max(r["modules_step"]) * ms, 50.0),
     ]
     print(f"backstep UI benchmark: {r['nodes']} nodes, 140x42, {args.keys} keys each")
     print(f"{'measure':34} {'median ms':>10} {'max ms':>8} {'target ms':>10}  ok")

@@ -304,7 +304,7 @@ def test_nonfinite_breakpoint_stops_where_the_nan_is_born(tmp_path: Path) -> Non
     ui = Pty(["-m", "backstep", "run", "--no-stop-at-start", "--break", "nonfinite", "nan.py"],
              tmp_path)
     try:
-        screen = ui.expect(r"non-finite gradient .* after SqrtBackward0", timeout=90)
+        screen = ui.expect(r"non-finite gradient.* after SqrtBackward0", timeout=90)
         assert "Gradients · SqrtBackward0" in screen
         assert "NaN/Inf gradient is born at SqrtBackward0" in ui.expect(r"born at SqrtBackward0")
         ui.press("c")

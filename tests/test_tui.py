@@ -440,14 +440,16 @@ async def test_q_closes_the_link_and_returns_the_exit_code() -> None:
 
 @pilot
 async def test_narrow_terminal_stacks_the_panels() -> None:
+    """Graph and detail side by side, Source and Leaves in a row below them."""
     app, _ = make_app()
     async with app.run_test(size=(80, 40)) as pilot:
         await pilot.pause()
         assert app.screen.has_class("-narrow")
-        graph = app.query_one("#graph")
-        gradients = app.query_one("#gradients")
-        assert graph.size.width >= 76
-        assert gradients.region.y > graph.region.y
+        graph = app.query_one("#graph").region
+        gradients = app.query_one("#gradients").region
+        source = app.query_one("#source").region
+        assert gradients.x >= graph.right and gradients.width > graph.width
+        assert source.y >= gradients.bottom and source.y >= graph.bottom
 
 
 @pilot

@@ -1,4 +1,4 @@
-"""SVG snapshots of the main states at 140x42 (pytest-textual-snapshot; Textual is pinned).
+"""SVG snapshots of the main states at 140x42, and of the layout at 80x24, 110x32 and 160x48 (pytest-textual-snapshot; Textual is pinned).
 
 Update after an intended change with ``pytest tests/test_tui_snapshots.py --snapshot-update``
 and look at the SVGs before committing them.
@@ -6,10 +6,13 @@ and look at the SVGs before committing them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
+from backstep import demos, narration
 from backstep.tui.app import BackstepApp
 from backstep.tui.messages import ConsoleOutput
 from tests.tui_fixtures import (
@@ -19,6 +22,7 @@ from tests.tui_fixtures import (
     accumulating_diagnosis,
     diagnosis,
     example_events,
+    long_name_events,
     summary,
     upto_stop,
 )
@@ -126,3 +130,44 @@ def test_diagnosis_banner(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(app_at(3), terminal_size=SIZE, run_before=diagnose)
+
+
+FIT_SIZES = [(80, 24), (110, 32), (160, 48)]
+
+
+@pytest.mark.parametrize("size", FIT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_live_ui_fits(snap_compare, size: tuple[int, int]) -> None:
+    """The live UI on a model's long dotted names, at a default terminal, a split pane, a big one."""
+    app = BackstepApp(RecordingLink(long_name_events(), stop=4))
+    assert snap_compare(app, terminal_size=size, run_before=with_output)
+
+
+@pytest.mark.parametrize("size", FIT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_demo_ui_fits(snap_compare, size: tuple[int, int]) -> None:
+    """``backstep demo``'s UI (with its narration panel) at the same sizes."""
+    demo = demos.find("graph_basics", Path(__file__).resolve().parent.parent / "demos")
+    assert demo is not None
+    app = app_at(3, narration=narration.load(demo.narration))
+    assert snap_compare(app, terminal_size=size)
+
+
+def test_gradient_flow(snap_compare) -> None:
+    """F after the pass: the chart over the two leaves (one NaN), in model order."""
+    events = long_name_events()
+    for ev in events:
+        if ev["event"] == "accumulate" and ev["leaf"].endswith("bias"):
+            ev["after"] = summary([float("nan"), 1.0])
+
+    async def finish(pilot: Pilot) -> None:
+        await pilot.press("f")
+        await pilot.pause()
+
+    app = BackstepApp(RecordingLink(events, stop=1))
+    assert snap_compare(app, terminal_size=(110, 32), run_before=finish, press=["F"])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_module_view(snap_compare, size: tuple[int, int]) -> None:
+    """m: the nodes folded by module path, the current node's module unfolded."""
+    app = BackstepApp(RecordingLink(long_name_events(), stop=3))
+    assert snap_compare(app, terminal_size=size, press=["m"])

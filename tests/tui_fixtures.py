@@ -273,3 +273,20 @@ def accumulating_diagnosis() -> dict[str, Any]:
         title=".grad keeps accumulating across steps", related=[],
         message="The .grad of x was not reset: pass 1 added its gradient to the one left by "
                 "pass 0. Fix: call optimizer.zero_grad() once per step.")
+
+
+LONG_LEAVES = {"x": "model.transformer.h.0.ln_2.weight", "y": "model.transformer.h.11.mlp.c_proj.bias"}
+LONG_MODULE = "model.transformer.h.11.mlp.c_proj"
+
+
+def long_name_events() -> list[dict[str, Any]]:
+    """``example_events()`` with the dotted names of a real model: long leaf names and a module
+    path on every non-leaf node (what cuts badly in narrow panels)."""
+    events = example_events()
+    for ev in events:
+        if ev["event"] == "pass_begin":
+            ev["nodes"] = [dict(n, leaf=LONG_LEAVES.get(n["leaf"]),
+                                module=None if n["leaf"] else LONG_MODULE) for n in ev["nodes"]]
+        elif ev["event"] == "accumulate":
+            ev["leaf"] = LONG_LEAVES[ev["leaf"]]
+    return events

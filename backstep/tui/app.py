@@ -17,6 +17,7 @@ from textual.containers import Horizontal, Vertical
 from backstep.tui.breakpoints import BreakpointDialog, describe
 from backstep.tui.console import ConsolePanel
 from backstep.tui.diagnosis import DiagnosisBanner
+from backstep.tui.flow import EXPLODING, FlowScreen
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
@@ -30,10 +31,12 @@ from backstep.tui.messages import (
     TensorAnswer,
 )
 from backstep.tui.model import Diagnosis, Snapshot, focus
+from backstep.tui.modules import ModulePanel
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.reader import Reader
 from backstep.tui.review import review_at
 from backstep.tui.saved import SavedPanel
+from backstep.tui.search import SearchBar, matches, pick
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
 from backstep.tui.tensorview import TensorView
@@ -60,7 +63,8 @@ class BackstepApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "backstep"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (140, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-normal"), (40, "-tall")]
     BINDINGS = [
         Binding("n", "step", "step"),
         Binding("p", "review", "step back"),
@@ -71,6 +75,12 @@ class BackstepApp(App[int]):
         Binding("d", "diagnosis(1)", "next diagnosis"),
         Binding("D", "diagnosis(-1)", "previous diagnosis"),
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis"),
+        Binding("z", "zoom", "maximise"),
+        Binding("slash", "search", "search"),
+        Binding("F", "flow", "gradient flow"),
+        Binding("m", "modules", "module view"),
+        Binding("N", "search_step(-1)", "previous match", show=False),
+        Binding("escape", "leave_search", "leave search", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
         Binding("i", "input", "stdin", show=False),
@@ -85,6 +95,7 @@ class BackstepApp(App[int]):
         stop_at_pass_start: bool = True,
         source: bool = True,
         narration: Narration | None = None,
+        flow_exploding: float = EXPLODING,
     ) -> None:
         super().__init__()
         self.link = link
@@ -92,6 +103,7 @@ class BackstepApp(App[int]):
         self.stop_at_pass_start = stop_at_pass_start
         self.source_enabled = source
         self.narration = narration
+        self.flow_exploding = flow_exploding  # the gradient-flow chart's "exploding" line
         self.reader = Reader(self.post_message)
         self.snapshot = Snapshot()
         self.selected: int | None = None
@@ -106,6 +118,7 @@ class BackstepApp(App[int]):
         # follows it (the engine diagnoses a node as it runs) must not take its selection away
         self._diagnosis_new = False
         self.review: int | None = None  # p: the executed node (0-based) looked back at
+        self.searching: str | None = None  # the query while n / N browse the matches
 
     @property
     def shown(self) -> Snapshot:
@@ -122,6 +135,7 @@ class BackstepApp(App[int]):
         yield DiagnosisBanner(id="diagnosis")
         with Horizontal(id="main"):
             yield GraphPanel(id="graph")
+            yield ModulePanel(id="modules")
             with Vertical(id="middle"):
                 yield GradientsPanel(id="gradients")
                 yield SavedPanel(id="saved")
@@ -132,10 +146,12 @@ class BackstepApp(App[int]):
             yield ConsolePanel(id="console")
             if self.narration is not None:
                 yield NarrationPanel(self.narration, id="narration")
+        yield SearchBar(id="search")
         yield StatusLine(id="status")
 
     def on_mount(self) -> None:
         self.query_one("#console-traceback").display = False
+        self.query_one(SearchBar).close()
         self.query_one(GraphPanel).focus()
         self._refresh_all()
         self.set_interval(0.1, self.reader.flush)
@@ -166,7 +182,8 @@ class BackstepApp(App[int]):
             self._diagnosis_pinned = False
             graph = self.query_one(GraphPanel)
             graph.show(snap)
-            graph.reveal(stop.id)
+            if not self.screen.has_class("-modules"):  # else m reveals it on the way back
+                graph.reveal(stop.id)
         else:
             if snap.exit is not None:
                 self.waiting = False
@@ -177,6 +194,13 @@ class BackstepApp(App[int]):
             self.query_one(ConsolePanel).show_traceback(snap.exit.traceback)
         if self.narration is not None:
             self.query_one(NarrationPanel).show(snap)
+        if self.screen.has_class("-modules"):
+            modules = self.query_one(ModulePanel)
+            modules.show(snap)
+            if new_stop and stop is not None:
+                modules.reveal(stop.id)
+        if isinstance(self.screen, FlowScreen):  # the chart fills in as leaves accumulate
+            self.screen.show(snap)
         if self.query_one(DiagnosisBanner).show(snap.diagnoses):
             self._diagnosis_new = True
             self._focus_diagnosis()
@@ -349,6 +373,9 @@ class BackstepApp(App[int]):
         return False
 
     def action_step(self) -> None:
+        if self.searching is not None:  # n browses the matches while a search is up
+            self.action_search_step(1)
+            return
         if self.review is not None:  # reviewing: n walks forward to the live stop
             self._review_to(self.review + 1)
             return
@@ -424,6 +451,78 @@ class BackstepApp(App[int]):
     def _send_breakpoints(self) -> None:
         self.send({"cmd": "break", "breakpoints": list(self.breakpoints)})
         self._refresh_status()
+
+    def action_zoom(self) -> None:
+        """Maximise the focused panel (Textual's own maximise), or restore the layout."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+        elif screen.focused is None or not screen.maximize(screen.focused):
+            self.notify("focus a panel first (tab)", timeout=2)
+
+    # -- search ---------------------------------------------------------------------------
+
+    def action_search(self) -> None:
+        self.query_one(SearchBar).open()
+
+    @on(SearchBar.Go)
+    def _search_go(self, message: SearchBar.Go) -> None:
+        self.searching = message.query if message.query.strip() else None
+        if self.searching is None:
+            self.action_leave_search()
+            return
+        if self._search_move(1):  # the keys go back to the graph: n / N browse
+            modules = self.screen.has_class("-modules")
+            self.query_one(ModulePanel if modules else GraphPanel).focus()
+
+    def action_search_step(self, step: int) -> None:
+        if self.searching is None:
+            self.notify("N: previous match, once a search is up (/)", timeout=2)
+            return
+        self._search_move(step)
+
+    def _search_move(self, step: int) -> bool:
+        view = self.snapshot.pass_
+        bar = self.query_one(SearchBar)
+        found = matches(view.graph, self.searching or "") if view is not None else []
+        chosen = pick(found, self.selected, step)
+        bar.tell(found, chosen)
+        if chosen is None:
+            return False
+        self.selected = chosen
+        self._diagnosis_pinned = False
+        self.query_one(GraphPanel).reveal(chosen)
+        if self.screen.has_class("-modules"):
+            self.query_one(ModulePanel).reveal(chosen)
+        self._refresh_details()
+        return True
+
+    def action_leave_search(self) -> None:
+        bar = self.query_one(SearchBar)
+        if bar.display or self.searching is not None:
+            self.searching = None
+            bar.close()
+            self.query_one(GraphPanel).focus()
+
+    def action_modules(self) -> None:
+        """Toggle the graph panel and the module view (the same slot)."""
+        on = not self.screen.has_class("-modules")
+        self.screen.set_class(on, "-modules")
+        if on:
+            modules = self.query_one(ModulePanel)
+            modules.show(self.snapshot)
+            if self.selected is not None:
+                modules.reveal(self.selected)
+            modules.focus()
+        else:
+            graph = self.query_one(GraphPanel)
+            if self.selected is not None:
+                graph.reveal(self.selected)
+            graph.focus()
+
+    def action_flow(self) -> None:
+        if not isinstance(self.screen, FlowScreen):
+            self.push_screen(FlowScreen(self.snapshot, self.flow_exploding))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -34,6 +34,8 @@ class ConsolePanel(Vertical):
     """A live log of the script's output (partial lines included) and, if it raised, the
     traceback highlighted."""
 
+    ALLOW_MAXIMIZE = True  # z on the log maximises the whole panel, traceback included
+
     class Typed(Message):
         """A line the person typed for the script's stdin (newline included)."""
 

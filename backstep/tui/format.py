@@ -33,6 +33,24 @@ def num(value: Any) -> Text:
     return Text(f"{x:.4g}")
 
 
+def cut_left(name: str, width: int) -> str:
+    """``name`` in at most ``width`` cells, cut from the left: the tail of a dotted path is the
+    informative part (``…h.0.ln_2.weight``)."""
+    if len(name) <= width:
+        return name
+    return "…" + name[len(name) - width + 1 :] if width > 1 else "…"[:width]
+
+
+def cut_middle(name: str, width: int) -> str:
+    """``name`` in at most ``width`` cells, cut in the middle (keeps both ends readable)."""
+    if len(name) <= width:
+        return name
+    if width < 3:
+        return "…"[:width]
+    head = (width - 1) // 3
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
 def shape_text(shape: Any) -> str:
     if not isinstance(shape, (list, tuple)):
         return "?"

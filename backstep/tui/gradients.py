@@ -59,8 +59,15 @@ class GradientsPanel(OptionList):
             options_b = Text(f"B: a different op here, {self._other.get('name')}", style="yellow")
         else:
             options_b = None
-        options: list[Option] = [Option(Text("incoming  (grad_outputs)", style="bold"),
-                                        disabled=True)]
+        options: list[Option] = []
+        if focus.info.leaf or focus.info.module:  # the full names, cut elsewhere
+            where = Text(focus.info.name, style="bold")
+            if focus.info.leaf:
+                where.append(f" {focus.info.leaf}", style="green")
+            if focus.info.module:
+                where.append(f" in {focus.info.module}", style="cyan")
+            options.append(Option(where, disabled=True))
+        options.append(Option(Text("incoming  (grad_outputs)", style="bold"), disabled=True))
         if options_b is not None:
             options.append(Option(options_b, disabled=True))
         outputs = focus.grad_outputs

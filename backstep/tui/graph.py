@@ -14,12 +14,13 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS
+from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.model import PassView, Snapshot
 from backstep.tui.status import live_passes
 
 OPEN_ALL_BELOW = 200  # graphs this small start fully open
+MIN_NAME = 10  # a leaf name or module path gets at least this many cells, cut from the left
 
 
 class GraphPanel(Tree[Row]):
@@ -68,7 +69,7 @@ class GraphPanel(Tree[Row]):
         for node_id in changed:
             tree_node = self._rows.get(node_id)
             if tree_node is not None:
-                tree_node.set_label(self._label(tree_node.data))
+                tree_node.set_label(self._label(tree_node.data, self._indent(tree_node.parent)))
 
     def _rebuild(self, view: PassView) -> None:
         self.clear()
@@ -88,8 +89,9 @@ class GraphPanel(Tree[Row]):
         if parent is None:
             return
         self._loaded.add(key)
+        indent = self._indent(parent)
         for row in self.layout_.rows(key):
-            label = self._label(row)
+            label = self._label(row, indent)
             if row.key is None:
                 child = parent.add_leaf(label, row)
             else:
@@ -104,7 +106,7 @@ class GraphPanel(Tree[Row]):
     def _small(self) -> bool:
         return self._view is not None and len(self._view.graph.nodes) <= OPEN_ALL_BELOW
 
-    def _label(self, row: Row | None) -> Text:
+    def _label(self, row: Row | None, indent: int = 0) -> Text:
         if row is None or self._view is None:
             return Text("")
         info = self._view.graph.nodes.get(row.node)
@@ -128,14 +130,37 @@ class GraphPanel(Tree[Row]):
         glyph, style = GLYPHS[state]
         text = Text.assemble((glyph + " ", style))
         text.append(name, style="bold reverse" if state == "current" else "")
-        if info is not None and info.leaf:
-            text.append(f" {info.leaf}", style="green")
-        text.append(f" #{row.node}", style="dim")
-        if info is not None and info.module:
-            text.append(f" {info.module}", style="dim cyan")
+        line = ""
         if info is not None and info.source and isinstance(info.source.get("line"), int):
-            text.append(f" :{info.source['line']}", style="dim")
+            line = f" :{info.source['line']}"
+        # what is left of the row for the leaf name and module path, which are cut from the left
+        # (their tail is the informative part); the full names are in the Gradients panel
+        width = self.scrollable_content_region.width
+        room = width - indent - 5 - len(glyph) - len(name) - len(f" #{row.node}") - len(line) \
+            if width else 10**6
+        if info is not None and info.leaf:
+            leaf = cut_left(info.leaf, max(MIN_NAME, room - 1))
+            text.append(f" {leaf}", style="green")
+            room -= len(leaf) + 1
+        if room >= 0:  # else the id goes (it is in the Gradients panel's title), the name stays
+            text.append(f" #{row.node}", style="dim")
+        if info is not None and info.module and room > MIN_NAME:
+            text.append(f" {cut_left(info.module, room - 1)}", style="dim cyan")
+        text.append(line, style="dim")
         return text
+
+    def _indent(self, parent: TreeNode[Row] | None) -> int:
+        """The cells of guides before a child of ``parent`` (the tree is shallow: cheap)."""
+        depth = 0
+        while parent is not None and parent is not self.root:
+            depth += 1
+            parent = parent.parent
+        return (depth + 1) * self.guide_depth
+
+    def on_resize(self) -> None:
+        """Re-cut the names of the rows built so far to the new width."""
+        for tree_node in self._rows.values():
+            tree_node.set_label(self._label(tree_node.data, self._indent(tree_node.parent)))
 
     # -- navigation -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import DataTable
 
-from backstep.tui.format import num
+from backstep.tui.format import cut_left, num
 from backstep.tui.model import Accumulation, Snapshot, Summary, number
 
 BAR = 10
@@ -123,7 +123,7 @@ class LeavesPanel(DataTable):
         rows = []
         for name in names:
             acc = accs.get(name)
-            label = Text(name if len(name) <= 15 else "…" + name[-14:], style="green")
+            label = Text(cut_left(name, COLUMNS[0][1] - 1), style="green")  # cell pads 1
             if acc is None:
                 rows.append((label, "", grad_text(None, pending=True), "", "",
                              scale.bar(snapshot.leaf_norms.get(name))))

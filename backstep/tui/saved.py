@@ -46,16 +46,22 @@ class SavedPanel(Static):
         elif not saved:
             parts.append(Text("this node saved nothing", style="dim"))
         else:
+            # the shape and status are what the panel is for: they keep their width and a long
+            # name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0)
+            cells = [("scalar" if item.shape is None and item.dtype is None
+                      else f"{shape_text(item.shape)} {item.dtype or ''}") for item in saved]
             table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-            table.add_column("name", style="bold", no_wrap=True, header_style="dim", min_width=6)
-            table.add_column("tensor", no_wrap=True, header_style="dim")
+            table.add_column("name", style="bold", no_wrap=True, header_style="dim", min_width=6,
+                             overflow="ellipsis")
+            table.add_column("tensor", no_wrap=True, header_style="dim",
+                             min_width=max(len(c) for c in cells))
             table.add_column("bytes", no_wrap=True, header_style="dim", justify="right")
-            table.add_column("status", no_wrap=True, header_style="dim", min_width=14)
-            for item in saved:
+            table.add_column("status", no_wrap=True, header_style="dim", min_width=6)
+            for item, tensor in zip(saved, cells, strict=True):
                 scalar = item.shape is None and item.dtype is None
                 table.add_row(
                     item.name,
-                    "scalar" if scalar else f"{shape_text(item.shape)} {item.dtype or ''}",
+                    tensor,
                     "" if scalar else nbytes(item.bytes),
                     status_text(item, released),
                 )

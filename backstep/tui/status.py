@@ -48,9 +48,10 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         stop = snapshot.stop
         text.append("  stopped: ", style="dim")
         text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
+        # the node's name before the detail: on a narrow terminal the line is cut at the right
+        text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
         if stop.detail:
             text.append(f" ({stop.detail})", style="yellow")
-        text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
         if stop.thread is not None:
             where = f" on {stop.thread}" + (f" ({stop.device})" if stop.device else "")
             text.append(where, style="dim")

@@ -1,0 +1,47 @@
+"""Regenerate docs/module-view.svg: the real UI and debuggee on modules_example.py, a few steps
+into the pass, in the module view (m), at 140x42.
+
+    python docs/make_flow_screenshot.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from backstep.launcher import debuggee_command
+from backstep.tui.app import BackstepApp
+from backstep.tui.live import LiveLink
+
+HERE = Path(__file__).resolve().parent
+
+
+async def shoot() -> None:
+    app = BackstepApp(LiveLink(debuggee_command("modules_example.py", [])))
+    async with app.run_test(size=(140, 42)) as pilot:
+
+        async def until(ready, what: str, timeout: float = 60.0) -> None:
+            end = time.monotonic() + timeout
+            while not ready():
+                if time.monotonic() > end:
+                    raise TimeoutError(what)
+                await pilot.pause(0.05)
+
+        await until(lambda: app.snapshot.stop is not None, "the first stop")
+        await pilot.press("m")
+        for step in range(2, 14):
+            await pilot.press("n")
+            await until(lambda step=step: app.snapshot.stop is not None
+                        and app.snapshot.stop.step == step and not app.waiting, f"step {step}")
+        await pilot.pause(0.3)
+        (HERE / "module-view.svg").write_text(app.export_screenshot(title="backstep run"))
+        await pilot.press("q")
+
+
+if __name__ == "__main__":
+    import os
+
+    os.chdir(HERE)
+    os.environ["PYTHONWARNINGS"] = "ignore"  # keep torch's NumPy warning out of the console
+    asyncio.run(shoot())

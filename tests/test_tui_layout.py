@@ -1,0 +1,121 @@
+"""The layout fits the terminal: every size from 80x24 shows the graph, the selected node's
+gradients and saved tensors and the status line without scrolling; it re-flows on resize; z
+maximises the focused panel; long names are cut keeping their informative tail."""
+
+from __future__ import annotations
+
+import pytest
+
+from backstep.tui.app import BackstepApp
+from backstep.tui.format import cut_left, cut_middle
+from backstep.tui.gradients import GradientsPanel
+from tests.test_tui import line_with, pilot, screen_text
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events
+
+SIZES = [(80, 24), (100, 30), (110, 32), (140, 42), (160, 48), (200, 60)]
+ALWAYS = ("#graph", "#gradients", "#saved", "#status")
+
+
+def make_app(stop: int = 3) -> BackstepApp:
+    return BackstepApp(RecordingLink(long_name_events(), stop=stop))
+
+
+def test_cut_left_keeps_the_tail() -> None:
+    assert cut_left("model.transformer.h.0.ln_2.weight", 16) == "…h.0.ln_2.weight"
+    assert cut_left("short", 16) == "short"
+    assert len(cut_left("abcdefghijkl", 5)) == 5
+
+
+def test_cut_middle_keeps_both_ends() -> None:
+    cut = cut_middle("model.transformer.h.0.ln_2.weight", 16)
+    assert len(cut) == 16 and cut.startswith("model") and cut.endswith("weight") and "…" in cut
+    assert cut_middle("short", 16) == "short"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_detail_and_status_fit_without_scrolling(size: tuple[int, int]) -> None:
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen.region
+        for selector in ALWAYS:
+            widget = app.query_one(selector)
+            assert widget.display, selector
+            assert screen.contains_region(widget.region), (selector, widget.region, screen)
+            assert widget.region.height >= 1 and widget.region.width >= 20, selector
+        text = screen_text(app)
+        assert "stopped: step before MulBackward0 #3" in line_with(text, "pass 1", "backward")
+        assert "grad_output[0]" in text and "value 16" in text  # incoming gradient
+        assert "other" in text and "alive" in text  # saved tensors and their status
+        assert "outgoing" in text and "runs next" in text
+        # short of width, the Gradients panel gets more room than Source (from 140 columns on,
+        # Source and Leaves keep 56 and the rest is shared)
+        source, gradients = app.query_one("#source").region, app.query_one("#gradients").region
+        if size[0] < 140 and source.height and source.y < gradients.bottom:
+            assert gradients.width > source.width
+        if size[0] >= 140:
+            assert source.width == 56
+
+
+@pilot
+async def test_layout_reflows_when_the_terminal_is_resized() -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert app.screen.has_class("-wide") and app.screen.has_class("-tall")
+        wide = app.query_one("#gradients").region
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
+        narrow = app.query_one("#gradients").region
+        assert narrow.width < wide.width
+        for selector in ALWAYS:
+            assert app.screen.region.contains_region(app.query_one(selector).region), selector
+        assert "value 16" in screen_text(app)
+        await pilot.resize_terminal(120, 36)
+        await pilot.pause()
+        assert app.screen.has_class("-medium")
+        assert app.query_one("#gradients").region.width > app.query_one("#source").region.width
+        assert "value 16" in screen_text(app)
+
+
+@pilot
+async def test_z_maximises_the_focused_panel_and_restores_it() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.query_one(GradientsPanel).focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.screen.maximized is app.query_one(GradientsPanel)
+        assert app.query_one(GradientsPanel).region.width == 80
+        assert not app.query_one("#graph").region.width  # hidden while maximised
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.screen.maximized is None
+        assert app.query_one("#graph").region.width > 20
+        app.query_one("#console-log").focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.screen.maximized is app.query_one("#console")  # the panel, not just its log
+
+
+@pilot
+async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() -> None:
+    app = make_app(stop=4)  # AccumulateGrad of model.transformer.h.0.ln_2.weight
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "…h.0.ln_2.weight" in text or LONG_LEAVES["x"] in text
+        assert "ln_2.weig…" not in text  # never cut at the informative end
+        assert "model.transf…" not in text
+        detail = app.query_one(GradientsPanel)
+        first = detail.get_option_at_index(0).prompt.plain
+        assert LONG_LEAVES["x"] in first  # the full name in the detail view
+        # no room for the module path at 110 columns: left out rather than cut at the tail
+        assert "model.tr" not in line_with(text, "MulBackward0 #3")
+        await pilot.resize_terminal(160, 48)  # room for its tail: re-cut on resize
+        await pilot.pause()
+        graph = line_with(screen_text(app), "MulBackward0 #3")
+        assert "mlp.c_proj :22" in graph and "…" in graph

@@ -1,0 +1,33 @@
+"""Mouse: clicking a graph row selects its node; clicking a gradient opens the tensor view."""
+
+from __future__ import annotations
+
+from backstep.tui.app import BackstepApp
+from backstep.tui.tensorview import TensorView
+from tests.test_tui import pilot
+from tests.tui_fixtures import ADD, MUL, RecordingLink, example_events
+
+
+@pilot
+async def test_click_a_node_selects_it() -> None:
+    app = BackstepApp(RecordingLink(example_events(), stop=3))
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        assert app.selected == MUL
+        await pilot.click("#graph", offset=(8, 2))  # the second row: AddBackward0
+        await pilot.pause()
+        assert app.selected == ADD
+        assert "AddBackward0 #2" in str(app.query_one("#gradients").border_title)
+
+
+@pilot
+async def test_click_a_gradient_opens_the_tensor_view() -> None:
+    link = RecordingLink(example_events(), stop=3)
+    app = BackstepApp(link)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.click("#gradients", offset=(6, 2))  # grad_output[0]
+        await pilot.pause()
+        assert isinstance(app.screen, TensorView)
+        asked = [m for m in link.sent if m.get("cmd") == "tensor"]
+        assert asked and asked[-1]["slot"] == "grad_outputs" and asked[-1]["node"] == MUL

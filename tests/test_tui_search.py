@@ -1,0 +1,83 @@
+"""Search (/): by node name, module path or leaf name; enter selects, n / N browse, escape leaves
+and n steps again."""
+
+from __future__ import annotations
+
+from backstep.tui.app import BackstepApp
+from backstep.tui.model import Graph
+from backstep.tui.search import SearchBar, matches, pick
+from tests.test_tui import pilot, screen_text
+from tests.tui_fixtures import ACC_X, ACC_Y, ADD, MUL, POW, RecordingLink, long_name_events
+
+
+def graph() -> Graph:
+    begin = next(e for e in long_name_events() if e["event"] == "pass_begin")
+    return Graph.build(begin["nodes"], begin["roots"])
+
+
+def test_matches_name_module_and_leaf_in_graph_order() -> None:
+    g = graph()
+    assert matches(g, "accumulate") == [ACC_X, ACC_Y]
+    assert matches(g, "ln_2") == [ACC_X]  # a leaf name
+    assert matches(g, "MLP.C_PROJ") == [POW, ADD, MUL, ACC_Y]  # module path or leaf, any case
+    assert matches(g, "backward0") == [POW, ADD, MUL]
+    assert matches(g, "nothing like it") == [] and matches(g, "  ") == []
+
+
+def test_pick_wraps_both_ways() -> None:
+    assert pick([2, 4, 6], 4, 1) == 6 and pick([2, 4, 6], 6, 1) == 2
+    assert pick([2, 4, 6], 2, -1) == 6 and pick([2, 4, 6], 99, -1) == 6
+    assert pick([2, 4, 6], None, 1) == 2 and pick([], 1, 1) is None
+
+
+async def type_query(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("slash")
+    for ch in text:
+        await pilot.press(ch)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+@pilot
+async def test_slash_enter_n_and_escape() -> None:
+    link = RecordingLink(long_name_events(), stop=1)
+    app = BackstepApp(link)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        assert not app.query_one(SearchBar).display
+        await type_query(pilot, "accum")  # 'n' and 'u' typed go to the query, not to step
+        assert app.selected == ACC_X
+        assert not [m for m in link.sent if m.get("cmd") == "step"]
+        assert "1/2" in screen_text(app)
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.selected == ACC_Y  # n = next match while the search is up
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.selected == ACC_X  # wraps round
+        await pilot.press("N")
+        await pilot.pause()
+        assert app.selected == ACC_Y
+        assert not [m for m in link.sent if m.get("cmd") == "step"]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.query_one(SearchBar).display and app.searching is None
+        await pilot.press("n")  # steps again
+        await pilot.pause()
+        assert [m for m in link.sent if m.get("cmd") == "step"]
+
+
+@pilot
+async def test_search_by_leaf_name_and_no_match() -> None:
+    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await type_query(pilot, "c_proj.bias")
+        assert app.selected == ACC_Y
+        await type_query(pilot, "zzz")
+        assert "no match" in screen_text(app)
+        assert app.selected == ACC_Y  # nothing moved
+        assert app.focused is app.query_one(SearchBar).input  # still typing
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.query_one(SearchBar).display
