@@ -29,17 +29,18 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
-from backstep.engine import provenance_calls, provenance_cuts
 from backstep.engine.naming import frame_locals
-from backstep.engine.provenance_frames import (
+from backstep.engine.provenance import calls as provenance_calls
+from backstep.engine.provenance import cuts as provenance_cuts
+from backstep.engine.provenance.frames import (
     _UNSET,
     call_impl_frame,
     find_source,
     source_dict,
     user_frame,
 )
-from backstep.engine.provenance_inplace import record, tensor_versions
-from backstep.engine.provenance_scopes import (
+from backstep.engine.provenance.inplace import record, tensor_versions
+from backstep.engine.provenance.scopes import (
     INPLACE_CLASSES,
     LIBRARY_CLASSES,
     LIBRARY_INPLACE,
