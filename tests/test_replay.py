@@ -16,7 +16,7 @@ import torch
 
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
-from backstep.traceindex import TraceIndex
+from backstep.traces.index import TraceIndex
 from backstep.tui.model import SessionModel, Snapshot
 from backstep.tui.replay import Position, Replay
 from tests.test_engine_fidelity import AutoStepper, captured

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backstep.launcher import debuggee_command
+from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.graph import GraphPanel

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backstep.traceindex import Pass, TraceIndex
+from backstep.traces.index import Pass, TraceIndex
 from backstep.tui.model import SessionModel, Snapshot, Stop, _saved, _summaries
 from backstep.tui.model import number as number_of
 

@@ -25,14 +25,15 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backstep import launcher, protocol, transport
+from backstep import protocol
 from backstep.engine.torch_api import check_imported
+from backstep.process import launcher, transport
 
 _lock = threading.RLock()
 _current: _Attachment | None = None
 _torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
-UI_COMMAND = [sys.executable, "-m", "backstep.attach_ui"]  # then --console R1,R2 --options JSON
+UI_COMMAND = [sys.executable, "-m", "backstep.process.attach_ui"]  # then --console R1,R2 --options JSON
 
 
 def attach(
@@ -48,7 +49,7 @@ def attach(
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
     global _current, _torch_warned
-    from backstep.engine.forks import in_multiprocessing_child
+    from backstep.process.forks import in_multiprocessing_child
 
     if in_multiprocessing_child():  # a spawned worker importing the script's top level
         return
@@ -110,9 +111,9 @@ class _Attachment:
         self._unfork: Any = None
 
     def _arm(self, sink: Any, controller: Any, record: bool) -> None:
-        from backstep.engine import forks
         from backstep.engine.capture import Capture
         from backstep.engine.diagnostics import Diagnostician
+        from backstep.process import forks
 
         self._unfork = forks.on_fork_child(self._after_fork)
 
@@ -273,7 +274,7 @@ class _UIAttachment(_Attachment):
 
     def _route_stdin(self) -> None:
         """While the UI owns the terminal, the script's stdin reads take the console's lines."""
-        from backstep.engine.input_wait import RoutedStdin
+        from backstep.process.input_wait import RoutedStdin
 
         self._stdin = RoutedStdin(sys.stdin, self._stdin_line)
         sys.stdin = self._stdin
@@ -389,7 +390,7 @@ class _UIAttachment(_Attachment):
             os.dup2(saved, fd)
         # what the script wrote that the UI never showed still reaches the terminal, and so
         # does what forked children (still on the pipes) write later, until they let go
-        from backstep.engine.outlive import drain, forward_in_background
+        from backstep.process.outlive import drain, forward_in_background
 
         for fd, (read_end, _) in self.pipes.items():
             drain(read_end, fd)

@@ -127,7 +127,7 @@ class Channel:
         the parent's connection) and without the reader's buffered-file lock, which a parent
         thread may have held at fork time (the raw file is closed, so the buffered one is never
         flushed or closed again). ``close`` and ``send`` are no-ops afterwards."""
-        from backstep.engine.forks import abandon_file
+        from backstep.process.forks import abandon_file
 
         self.closed = self.abandoned = True
         abandon_file(self._file)
