@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from backstep.demo.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
-from backstep.tui.model import Snapshot
+from backstep.tui.snapshot import Snapshot
 
 
 class Narration(Protocol):
