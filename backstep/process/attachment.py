@@ -33,7 +33,8 @@ _lock = threading.RLock()
 _current: _Attachment | None = None
 _torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
-UI_COMMAND = [sys.executable, "-m", "backstep.process.attach_ui"]  # then --console R1,R2 --options JSON
+# then --console R1,R2 --options JSON
+UI_COMMAND = [sys.executable, "-m", "backstep.process.attach_ui"]
 
 
 def attach(
@@ -60,6 +61,8 @@ def attach(
         protocol.validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
         if trace:
+            from backstep.process.attach_trace import _TraceAttachment
+
             _current = _TraceAttachment(trace, source)
         elif not (os.isatty(0) and os.isatty(1)):
             print("backstep: no terminal to open the debugger on; the script continues without it "
@@ -165,40 +168,6 @@ class _Attachment:
 
     def stop(self) -> None:
         raise NotImplementedError
-
-
-class _TraceAttachment(_Attachment):
-    """No UI: every pass from here on is recorded to a JSON-lines file."""
-
-    def __init__(self, path: str, source: bool) -> None:
-        super().__init__(source)
-        self.path = path
-        self.stream: Any = None
-        self.recorder: Any = None
-
-    def start(self) -> None:
-        from backstep.engine.recorder import JsonlRecorder
-        from backstep.engine.session import session_event
-
-        self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
-        self.recorder = JsonlRecorder(self.stream)
-        self.recorder.emit(session_event(list(sys.argv)))
-        self._arm(self.recorder, None, record=True)
-        atexit.register(self.stop)
-
-    def _abandon(self) -> None:
-        atexit.unregister(self.stop)
-        if self.recorder is not None:
-            self.recorder.abandon()
-        self.stream = None
-
-    def stop(self) -> None:
-        if self.stream is None:
-            return
-        self._disarm()
-        self.recorder.flush()
-        self.stream.close()
-        self.stream = None
 
 
 class _UIAttachment(_Attachment):
