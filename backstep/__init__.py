@@ -15,20 +15,20 @@ __all__ = ["__version__", "attach", "attached", "detach"]
 
 def attach(*args: Any, **kwargs: Any) -> None:
     """Arm backstep in this process: the next backward pass stops and the UI opens."""
-    from backstep.attachment import attach as _attach
+    from backstep.process.attachment import attach as _attach
 
     _attach(*args, **kwargs)
 
 
 def detach() -> None:
     """Disarm backstep in this process: hooks removed, output restored."""
-    from backstep.attachment import detach as _detach
+    from backstep.process.attachment import detach as _detach
 
     _detach()
 
 
 def attached(*args: Any, **kwargs: Any) -> Any:
     """Context manager: ``with backstep.attached(): ...`` arms backstep for the block."""
-    from backstep.attachment import attached as _attached
+    from backstep.process.attachment import attached as _attached
 
     return _attached(*args, **kwargs)

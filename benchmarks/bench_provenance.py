@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import gpt_realistic, transformer_worst_case  # noqa: E402
 
-from backstep.engine import provenance_calls  # noqa: E402
 from backstep.engine.provenance import Provenance  # noqa: E402
+from backstep.engine.provenance import calls as provenance_calls  # noqa: E402
 
 
 @contextlib.contextmanager

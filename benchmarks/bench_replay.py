@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from textual import events  # noqa: E402
 
-from backstep.traceindex import TraceIndex  # noqa: E402
+from backstep.traces.index import TraceIndex  # noqa: E402
 from backstep.tui.replay_app import ReplayApp  # noqa: E402
 from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 

@@ -9,7 +9,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from backstep.launcher import debuggee_command
+from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.graph import GraphPanel
 from backstep.tui.live import LiveLink

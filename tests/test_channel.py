@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from backstep import protocol, transport
+from backstep import protocol
 from backstep.engine.controller import Controller
 from backstep.engine.debuggee import _read_commands, _wait_for_start
-from backstep.launcher import Debuggee
+from backstep.process import transport
+from backstep.process.launcher import Debuggee
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
 
@@ -209,7 +210,7 @@ def test_the_token_never_reaches_the_environment(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """\
         import os, sys, time
-        from backstep import transport
+        from backstep.process import transport
         path, token = transport.address_from_environment()
         ch = transport.connect(path, token)
         left = sorted(k for k in os.environ
@@ -362,9 +363,9 @@ def test_attach_gives_up_at_once_when_its_ui_dies_at_startup(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text(textwrap.dedent("""\
         import sys
         import torch
-        import backstep, backstep.attachment
-        backstep.attachment.CONNECT_TIMEOUT = 3600.0  # the old code waited all of it
-        backstep.attachment.UI_COMMAND = [sys.executable, "-c", "import sys; sys.exit(3)"]
+        import backstep, backstep.process.attachment
+        backstep.process.attachment.CONNECT_TIMEOUT = 3600.0  # the old code waited all of it
+        backstep.process.attachment.UI_COMMAND = [sys.executable, "-c", "import sys; sys.exit(3)"]
         x = torch.tensor(2.0, requires_grad=True)
         backstep.attach()
         (x * x).backward()
@@ -410,7 +411,7 @@ def test_reading_the_handoff_closes_its_fd_and_clears_the_environment() -> None:
     try:
         code = textwrap.dedent("""\
             import os, subprocess, sys
-            from backstep import transport
+            from backstep.process import transport
             address = transport.address_from_environment()
             fd = int(sys.argv[1])
             try:
@@ -452,7 +453,7 @@ def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: P
 
 
 def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> None:
-    from backstep.attachment import _UIAttachment
+    from backstep.process.attachment import _UIAttachment
 
     class Channel(FakeChannel):
         closed = False

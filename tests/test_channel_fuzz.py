@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from backstep import protocol, transport
-from backstep.launcher import Debuggee, debuggee_command
+from backstep import protocol
+from backstep.process import transport
+from backstep.process.launcher import Debuggee, debuggee_command
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
 

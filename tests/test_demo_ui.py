@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backstep import demos, narration
-from backstep.launcher import debuggee_command
+from backstep.demo import catalog as demos
+from backstep.demo import narration
+from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.live import LiveLink
 from backstep.tui.narration_panel import NarrationPanel

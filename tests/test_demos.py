@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from backstep import demos, narration
 from backstep.commands import demo as demo_command
+from backstep.demo import catalog as demos
+from backstep.demo import narration
 
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = demos.all_demos(REPO / "demos")
@@ -209,7 +210,7 @@ def test_installed_demos_win_over_a_checkout(
     package = tmp_path / "backstep"
     (package / "_demos").mkdir(parents=True)
     (tmp_path / "demos").mkdir()
-    monkeypatch.setattr(demos, "__file__", str(package / "demos.py"))
+    monkeypatch.setattr(demos, "__file__", str(package / "demo" / "catalog.py"))
     assert demos.demos_dir() == package / "_demos"
     (package / "_demos").rmdir()
     assert demos.demos_dir() == tmp_path / "demos"

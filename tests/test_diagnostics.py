@@ -26,7 +26,7 @@ import torch
 
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
-from backstep.engine.diagnostics_rules import MAX_FREED, EventRules
+from backstep.engine.diagnostics.rules import MAX_FREED, EventRules
 from backstep.engine.provenance import Provenance
 from backstep.engine.recorder import ListRecorder
 

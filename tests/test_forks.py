@@ -232,7 +232,7 @@ def test_attach_ui_steps_a_dataloader_loop_and_the_workers_stay_out(tmp_path: Pa
 ABANDON = textwrap.dedent(
     """\
     import os, socket, sys, threading, time
-    from backstep import transport
+    from backstep.process import transport
 
     ours, peer = socket.socketpair()
     channel = transport.Channel(ours)

@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from backstep import protocol, transport
-from backstep.launcher import Debuggee, debuggee_command, exit_status
+from backstep import protocol
+from backstep.process import transport
+from backstep.process.launcher import Debuggee, debuggee_command, exit_status
 from backstep.tui.messages import ServerError, SnapshotReady
 from backstep.tui.reader import Reader
 
 CONNECT = textwrap.dedent(
     """\
     import os, sys, time
-    from backstep import transport
+    from backstep.process import transport
     ch = transport.connect(*transport.address_from_environment())
     ch.send({"event": "session", "version": 1, "torch": None, "argv": sys.argv[1:], "pid": os.getpid()})
     """
@@ -297,7 +298,7 @@ def test_ui_modules_never_import_torch() -> None:
     code = textwrap.dedent(
         """\
         import sys
-        import backstep.tui, backstep.tui.app, backstep.tui.live, backstep.launcher
+        import backstep.tui, backstep.tui.app, backstep.tui.live, backstep.process.launcher
         import backstep.commands.run, backstep.cli
         backstep.cli.build_parser()
         from backstep.tui.app import BackstepApp

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep import narration
+from backstep.demo import narration
 
 GOOD = """
 title = "Graph basics"

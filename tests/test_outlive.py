@@ -85,7 +85,7 @@ def test_kill_9_of_the_ui_mid_stop_lets_the_script_finish(tmp_path: Path, subrea
 def test_a_long_tmpdir_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> None:
     import tempfile
 
-    from backstep import transport
+    from backstep.process import transport
 
     long = tmp_path / ("d" * 110)
     long.mkdir()

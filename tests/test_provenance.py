@@ -15,7 +15,6 @@ from torch import nn
 from torch.autograd.function import Function
 from torch.utils.checkpoint import checkpoint
 
-from backstep.engine import provenance_cuts, provenance_inplace
 from backstep.engine.provenance import (
     MODULE_KEY,
     SOURCE_KEY,
@@ -26,6 +25,8 @@ from backstep.engine.provenance import (
     saved_versions_of,
     source_of,
 )
+from backstep.engine.provenance import cuts as provenance_cuts
+from backstep.engine.provenance import inplace as provenance_inplace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HERE = str(Path(__file__).resolve())
@@ -518,7 +519,7 @@ def test_scopes_hold_no_module_frame_or_tensor() -> None:
     import gc
     import weakref
 
-    from backstep.engine.provenance_scopes import SCOPE_KEY, Region, Scope
+    from backstep.engine.provenance.scopes import SCOPE_KEY, Region, Scope
 
     net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3))
     x = torch.randn(2, 3, requires_grad=True)
@@ -796,8 +797,8 @@ def test_module_named_from_self_attribute_or_class() -> None:
 
 
 def test_internal_failure_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backstep.engine import provenance_tagging
-    from backstep.engine.provenance_modules import ModuleTracker
+    from backstep.engine.provenance import tagging as provenance_tagging
+    from backstep.engine.provenance.modules import ModuleTracker
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("boom")

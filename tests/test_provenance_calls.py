@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from backstep.engine import provenance_calls
+from backstep.engine.provenance import calls as provenance_calls
 
 ORIGINAL = nn.Module._call_impl
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from backstep.cli import main
-from backstep.traceindex import TraceIndex
+from backstep.traces.index import TraceIndex
 from backstep.tui.against import Against
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.replay_app import ReplayApp

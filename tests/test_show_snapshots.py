@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from backstep.traceindex import TraceIndex
+from backstep.traces.index import TraceIndex
 from backstep.tui.replay_app import ReplayApp
 from tests.tui_fixtures import example_events
 

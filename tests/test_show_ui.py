@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backstep.cli import main
-from backstep.traceindex import TraceIndex
+from backstep.traces.index import TraceIndex
 from backstep.tui.graph import GraphPanel
 from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
 from tests.replay_traces import record

@@ -175,7 +175,7 @@ def test_run_checks_before_the_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_attach_in_process_warns_once(monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from backstep import attachment
+    from backstep.process import attachment
 
     monkeypatch.setattr(torch_api, "installed_version", lambda: "2.2.2")
     monkeypatch.setattr(attachment, "_torch_warned", False)

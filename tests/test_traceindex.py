@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.traceindex import TraceError, TraceIndex
+from backstep.traces.index import TraceError, TraceIndex
 from tests.replay_traces import EVERYTHING, record
 
 

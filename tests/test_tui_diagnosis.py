@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backstep.launcher import debuggee_command
+from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.live import LiveLink
-from backstep.tui.model import Related, SessionModel
+from backstep.tui.model import SessionModel
+from backstep.tui.snapshot import Related
 from backstep.tui.source import SourcePanel
 from tests.test_tui import line_with, make_app, pilot, screen_text
 from tests.tui_fixtures import (

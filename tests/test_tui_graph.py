@@ -8,7 +8,7 @@ import math
 from backstep.tui.app import BackstepApp
 from backstep.tui.graph import GraphPanel
 from backstep.tui.graphlayout import TOP, GraphLayout
-from backstep.tui.model import Graph
+from backstep.tui.snapshot import Graph
 from tests.tui_fixtures import RecordingLink, chain_pass, pass_begin, stop_at, transformer_pass
 
 

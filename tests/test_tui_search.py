@@ -4,8 +4,8 @@ and n steps again."""
 from __future__ import annotations
 
 from backstep.tui.app import BackstepApp
-from backstep.tui.model import Graph
 from backstep.tui.search import SearchBar, matches, pick
+from backstep.tui.snapshot import Graph
 from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import ACC_X, ACC_Y, ADD, MUL, POW, RecordingLink, long_name_events
 

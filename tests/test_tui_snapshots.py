@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from backstep import demos, narration
+from backstep.demo import catalog as demos
+from backstep.demo import narration
 from backstep.tui.app import BackstepApp
 from backstep.tui.messages import ConsoleOutput
 from tests.tui_fixtures import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backstep import demos, narration
+from backstep.demo import catalog as demos
+from backstep.demo import narration
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -34,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.tracediff import Tolerance, diff
-    from backstep.traceindex import TraceError, TraceIndex
+    from backstep.traces.diff import Tolerance, diff
+    from backstep.traces.index import TraceError, TraceIndex
 
     try:
         a = TraceIndex(args.a)

@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.dotgraph import to_dot
-    from backstep.traceindex import TraceError, TraceIndex
+    from backstep.traces.dot import to_dot
+    from backstep.traces.index import TraceError, TraceIndex
 
     try:
         index = TraceIndex(args.trace)

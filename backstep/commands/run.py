@@ -66,7 +66,7 @@ def launch(
         return 2
     story = None
     if narration is not None:
-        from backstep import narration as narration_module
+        from backstep.demo import narration as narration_module
 
         try:
             story = narration_module.load(narration)
@@ -78,7 +78,7 @@ def launch(
         print(problem, file=sys.stderr)
         return 2
 
-    from backstep.launcher import debuggee_command, exit_status
+    from backstep.process.launcher import debuggee_command, exit_status
     from backstep.tui.app import BackstepApp
     from backstep.tui.live import LiveLink
 

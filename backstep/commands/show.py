@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.traceindex import TraceError, TraceIndex
+    from backstep.traces.index import TraceError, TraceIndex
 
     try:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backstep import protocol, transport
+from backstep import protocol
+from backstep.process import transport
 
 T = TypeVar("T")
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"backstep: the debuggee needs {transport.ENV_SOCKET} and "
                   f"{transport.ENV_TOKEN_FD} from the UI", file=sys.stderr)
             return 2
-        from backstep.engine.outlive import Outlive
+        from backstep.process.outlive import Outlive
 
         outlive = Outlive.from_environment()
         channel = transport.connect(*address, max_line=protocol.MAX_COMMAND_LINE)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                               name="backstep-commands", daemon=True)
     reader.start()
 
-    from backstep.engine import input_wait
+    from backstep.process import input_wait
 
     stdin = input_wait.install(sink.emit)  # the console offers a line when the script waits
     session = Session(sink, controller, record=False, source=not args.no_source,

@@ -92,7 +92,7 @@ class JsonlRecorder:
     def abandon(self) -> None:
         """In a forked child: write nothing more, and let go of the file without flushing the
         parent's pending bytes or taking a lock a parent thread may have held at fork time."""
-        from backstep.engine.forks import abandon_file
+        from backstep.process.forks import abandon_file
 
         self.abandoned = True
         abandon_file(self.stream)

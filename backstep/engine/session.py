@@ -139,7 +139,7 @@ class Session:
             self.capture.annotate = annotate
 
     def __enter__(self) -> Session:
-        from backstep.engine import forks
+        from backstep.process import forks
 
         self.diagnostician.install()
         if "torch" in sys.modules:

@@ -13,42 +13,23 @@ is only computed for tensors where one of those is not finite.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from backstep.engine import summary_device, transfers
-from backstep.protocol import clean_number
+from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
 BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
-_F32 = struct.Struct("f")
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def _round(x: float, dtype: torch.dtype) -> float | str:
-    """A reduction result as JSON: float32 rounded to the digits float32 has."""
-    if not math.isfinite(x):
-        return clean_number(x)
-    if dtype in (torch.float32, torch.complex64):
-        f32 = _F32.unpack(_F32.pack(x))[0]
-        if f32 == x:  # a float32 value: its shortest form that reads back the same
-            for digits in (6, 7, 8):
-                short = float(f"{x:.{digits}g}")
-                if _F32.unpack(_F32.pack(short))[0] == x:
-                    return short
-        return float(f"{x:.9g}")
-    if dtype in (torch.float16, torch.bfloat16):
-        return float(f"{x:.5g}")
-    return x
 
 
 def _base(t: torch.Tensor) -> dict[str, Any]:
@@ -389,36 +370,3 @@ def _memory_key(t: torch.Tensor) -> tuple | None:
         return (t.data_ptr(), t.numel())
     except (RuntimeError, TypeError, NotImplementedError):
         return None
-
-
-_DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5}  # what _stat keeps
-
-
-def _round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
-    """``float(f"{v:.{digits}g}")`` for every finite float64 ``v`` at once.
-
-    ``n / 10**k`` (or ``n * 10**-k``) with an integer ``n`` and an exact power of ten is the
-    double nearest that decimal, so it prints as the short decimal. Where the power would not be
-    exact (|k| > 22) or ``v`` is not finite, NaN comes back, for ``_stat`` to treat; 0 stays 0.
-    """
-    magnitude = x.abs()
-    usable = torch.isfinite(x) & (magnitude > 0)
-    exponent = torch.floor(torch.log10(torch.where(usable, magnitude, 1.0)))
-    places = (digits - 1) - exponent
-    usable &= places.abs() <= 22
-    places = torch.where(usable, places, 0.0)
-    up = torch.pow(10.0, places.clamp(min=0))
-    down = torch.pow(10.0, (-places).clamp(min=0))
-    rounded = torch.round(x * up / down) / up * down
-    return torch.where(usable, rounded, torch.where(magnitude > 0, x.new_tensor(math.nan), x))
-
-
-def _stat(x: float, dtype: torch.dtype) -> float | str:
-    """A statistic as JSON, to the precision its dtype carries (values use ``_round``)."""
-    if not math.isfinite(x):
-        return clean_number(x)
-    if dtype in (torch.float32, torch.complex64):
-        return float(f"{x:.8g}")
-    if dtype in (torch.float16, torch.bfloat16):
-        return float(f"{x:.5g}")
-    return x

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tracediff import Tolerance, diff, positions
-from backstep.traceindex import TraceIndex
+from backstep.traces.diff import Tolerance, diff, positions
+from backstep.traces.index import TraceIndex
 
 
 class Against:

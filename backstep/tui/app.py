@@ -14,13 +14,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 
-from backstep.tui.breakpoints import BreakpointDialog, describe
+from backstep.tui.breakpoints import BreakpointActions
 from backstep.tui.console import ConsolePanel
 from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.flow import EXPLODING, FlowScreen
+from backstep.tui.focus import focus
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
-from backstep.tui.help import HelpScreen
 from backstep.tui.leaves import LeavesPanel
 from backstep.tui.messages import (
     ConsoleOutput,
@@ -30,13 +30,14 @@ from backstep.tui.messages import (
     SnapshotReady,
     TensorAnswer,
 )
-from backstep.tui.model import Diagnosis, Snapshot, focus
 from backstep.tui.modules import ModulePanel
 from backstep.tui.narration_panel import Narration, NarrationPanel
+from backstep.tui.navigation import Navigation
 from backstep.tui.reader import Reader
 from backstep.tui.review import review_at
 from backstep.tui.saved import SavedPanel
-from backstep.tui.search import SearchBar, matches, pick
+from backstep.tui.search import SearchBar
+from backstep.tui.snapshot import Snapshot
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
 from backstep.tui.tensorview import TensorView
@@ -58,7 +59,7 @@ class Link(Protocol):
         """The debuggee process's exit status, once it has ended."""
 
 
-class BackstepApp(App[int]):
+class BackstepApp(Navigation, BreakpointActions, App[int]):
     """``backstep run``'s full-screen UI."""
 
     CSS_PATH = "app.tcss"
@@ -317,45 +318,6 @@ class BackstepApp(App[int]):
                                         breakpoints=len(self.breakpoints),
                                         review=self.review is not None)
 
-    # -- diagnoses ------------------------------------------------------------------------
-
-    def _node_shown(self, node: int | None) -> bool:
-        view = self.snapshot.pass_
-        return node is not None and view is not None and node in view.graph.nodes
-
-    def _focus_diagnosis(self) -> None:
-        """Select the shown diagnosis's node in the graph; its line goes to the Source panel."""
-        diag = self.query_one(DiagnosisBanner).current
-        if diag is None:
-            return
-        self._diagnosis_pinned = True
-        if diag.node is not None and self._node_shown(diag.node):
-            self.selected = diag.node
-            self.query_one(GraphPanel).reveal(diag.node)
-
-    def _diagnosis_in_source(self) -> Diagnosis | None:
-        """The shown diagnosis, when the Source panel should show its line rather than the
-        selected node's: its node is the selected one, or it has no node in this graph and the
-        person has not moved since it came into view."""
-        diag = self.query_one(DiagnosisBanner).current
-        if diag is None or diag.source is None:
-            return None
-        if self._node_shown(diag.node):
-            return diag if diag.node == self.selected else None
-        return diag if self._diagnosis_pinned else None
-
-    def action_diagnosis(self, delta: int) -> None:
-        if self.query_one(DiagnosisBanner).step(delta) is None:
-            self.notify("no diagnoses so far", timeout=2)
-            return
-        self._focus_diagnosis()
-        self._refresh_details()
-
-    def action_dismiss_diagnosis(self) -> None:
-        if self.query_one(DiagnosisBanner).dismiss():
-            self._diagnosis_pinned = False
-            self._refresh_details()
-
     # -- commands -------------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> bool:
@@ -381,29 +343,6 @@ class BackstepApp(App[int]):
             return
         self.action_resume("step")
 
-    def action_review(self) -> None:
-        """p: the node before, as it was shown then (from what was recorded; nothing re-runs)."""
-        view = self.snapshot.pass_
-        k = (self.review if self.review is not None else
-             len(view.executed()) if view is not None else 0) - 1
-        if k < 0:
-            self.notify("start of this pass (earlier passes: backstep trace, then backstep show)",
-                        timeout=3)
-            return
-        self._review_to(k)
-
-    def _review_to(self, k: int) -> None:
-        view = self.snapshot.pass_
-        self.review = k if view is not None and k < len(view.executed()) else None
-        shown = self.shown
-        if shown.stop is not None:
-            self.selected = shown.stop.id
-        graph = self.query_one(GraphPanel)
-        graph.show(shown)
-        if self.selected is not None:
-            graph.reveal(self.selected)
-        self._refresh_details()
-
     def _addressed(self, message: dict[str, Any]) -> dict[str, Any]:
         """A command for the shown stop, naming it: with several passes paused, a command that
         arrives after that stop resumed is refused instead of resuming another pass."""
@@ -426,45 +365,6 @@ class BackstepApp(App[int]):
             self.send({"cmd": "interrupt"})
             self.notify("interrupt: stopping at the next node", timeout=2)
 
-    def action_toggle_break(self) -> None:
-        f = focus(self.snapshot, self.selected)
-        if f.info is None:
-            self.notify("select a node first", timeout=2)
-            return
-        bp = {"kind": "node", "pattern": f.info.name}
-        if bp in self.breakpoints:
-            self.breakpoints.remove(bp)
-            self.notify(f"breakpoint removed: {describe(bp)}", timeout=2)
-        else:
-            self.breakpoints.append(bp)
-            self.notify(f"breakpoint set: {describe(bp)}", timeout=2)
-        self._send_breakpoints()
-
-    def action_break_dialog(self) -> None:
-        def done(result: list[dict[str, Any]] | None) -> None:
-            if result is not None and result != self.breakpoints:
-                self.breakpoints = result
-                self._send_breakpoints()
-
-        self.push_screen(BreakpointDialog(self.breakpoints), done)
-
-    def _send_breakpoints(self) -> None:
-        self.send({"cmd": "break", "breakpoints": list(self.breakpoints)})
-        self._refresh_status()
-
-    def action_zoom(self) -> None:
-        """Maximise the focused panel (Textual's own maximise), or restore the layout."""
-        screen = self.screen
-        if screen.maximized is not None:
-            screen.minimize()
-        elif screen.focused is None or not screen.maximize(screen.focused):
-            self.notify("focus a panel first (tab)", timeout=2)
-
-    # -- search ---------------------------------------------------------------------------
-
-    def action_search(self) -> None:
-        self.query_one(SearchBar).open()
-
     @on(SearchBar.Go)
     def _search_go(self, message: SearchBar.Go) -> None:
         self.searching = message.query if message.query.strip() else None
@@ -474,58 +374,6 @@ class BackstepApp(App[int]):
         if self._search_move(1):  # the keys go back to the graph: n / N browse
             modules = self.screen.has_class("-modules")
             self.query_one(ModulePanel if modules else GraphPanel).focus()
-
-    def action_search_step(self, step: int) -> None:
-        if self.searching is None:
-            self.notify("N: previous match, once a search is up (/)", timeout=2)
-            return
-        self._search_move(step)
-
-    def _search_move(self, step: int) -> bool:
-        view = self.snapshot.pass_
-        bar = self.query_one(SearchBar)
-        found = matches(view.graph, self.searching or "") if view is not None else []
-        chosen = pick(found, self.selected, step)
-        bar.tell(found, chosen)
-        if chosen is None:
-            return False
-        self.selected = chosen
-        self._diagnosis_pinned = False
-        self.query_one(GraphPanel).reveal(chosen)
-        if self.screen.has_class("-modules"):
-            self.query_one(ModulePanel).reveal(chosen)
-        self._refresh_details()
-        return True
-
-    def action_leave_search(self) -> None:
-        bar = self.query_one(SearchBar)
-        if bar.display or self.searching is not None:
-            self.searching = None
-            bar.close()
-            self.query_one(GraphPanel).focus()
-
-    def action_modules(self) -> None:
-        """Toggle the graph panel and the module view (the same slot)."""
-        on = not self.screen.has_class("-modules")
-        self.screen.set_class(on, "-modules")
-        if on:
-            modules = self.query_one(ModulePanel)
-            modules.show(self.snapshot)
-            if self.selected is not None:
-                modules.reveal(self.selected)
-            modules.focus()
-        else:
-            graph = self.query_one(GraphPanel)
-            if self.selected is not None:
-                graph.reveal(self.selected)
-            graph.focus()
-
-    def action_flow(self) -> None:
-        if not isinstance(self.screen, FlowScreen):
-            self.push_screen(FlowScreen(self.snapshot, self.flow_exploding))
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
 
     def action_quit_session(self) -> None:
         code = self.snapshot.exit.code if self.snapshot.exit is not None else self.exit_code

@@ -1,8 +1,9 @@
-"""The breakpoint dialog: conditions beyond "this node type" (protocol breakpoint dicts)."""
+"""Breakpoints in the UI: the dialog for conditions beyond "this node type" (protocol breakpoint
+dicts), and the app's breakpoint keys."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -14,6 +15,14 @@ from textual.widgets import Button, Input, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from backstep import protocol
+from backstep.tui.focus import focus
+
+if TYPE_CHECKING:  # the mixin's self is the app; at run time it is a plain mixin
+    from backstep.tui.app import BackstepApp
+
+    _App = BackstepApp
+else:
+    _App = object
 
 KINDS = (
     ("node name glob", "node"),
@@ -118,3 +127,33 @@ class BreakpointDialog(ModalScreen[list[dict[str, Any]] | None]):
     @on(Button.Pressed, "#bp-done")
     def action_done(self) -> None:
         self.dismiss(self.breakpoints)
+
+
+class BreakpointActions(_App):
+    """The app's breakpoint keys (``b``, ``B``): a mixin of ``BackstepApp``."""
+
+    def action_toggle_break(self) -> None:
+        f = focus(self.snapshot, self.selected)
+        if f.info is None:
+            self.notify("select a node first", timeout=2)
+            return
+        bp = {"kind": "node", "pattern": f.info.name}
+        if bp in self.breakpoints:
+            self.breakpoints.remove(bp)
+            self.notify(f"breakpoint removed: {describe(bp)}", timeout=2)
+        else:
+            self.breakpoints.append(bp)
+            self.notify(f"breakpoint set: {describe(bp)}", timeout=2)
+        self._send_breakpoints()
+
+    def action_break_dialog(self) -> None:
+        def done(result: list[dict[str, Any]] | None) -> None:
+            if result is not None and result != self.breakpoints:
+                self.breakpoints = result
+                self._send_breakpoints()
+
+        self.push_screen(BreakpointDialog(self.breakpoints), done)
+
+    def _send_breakpoints(self) -> None:
+        self.send({"cmd": "break", "breakpoints": list(self.breakpoints)})
+        self._refresh_status()

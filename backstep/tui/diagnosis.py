@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from backstep.tui.model import Diagnosis, Related
+from backstep.tui.snapshot import Diagnosis, Related
 
 ICONS = {"error": "✗", "warning": "⚠", "info": "ℹ"}
 ROLES = {

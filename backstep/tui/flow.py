@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from backstep.tui.format import cut_left
-from backstep.tui.model import Snapshot, number
+from backstep.tui.snapshot import Snapshot, number
 
 VANISHING = 1e-7
 EXPLODING = 1e3  # the default; BackstepApp(flow_exploding=...) changes it

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.text import Text
 
-from backstep.tui.model import NodeState, Summary, is_nonfinite, number
+from backstep.tui.snapshot import NodeState, Summary, is_nonfinite, number
 from backstep.units import human_bytes
 
 SPARKS = "▁▂▃▄▅▆▇█"

@@ -17,8 +17,9 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from backstep.tui.focus import Focus
 from backstep.tui.format import histogram, summary_line, values_text
-from backstep.tui.model import Focus, Summary
+from backstep.tui.snapshot import Summary
 
 
 class GradientsPanel(OptionList):

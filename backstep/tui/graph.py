@@ -16,7 +16,7 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
-from backstep.tui.model import PassView, Snapshot
+from backstep.tui.snapshot import PassView, Snapshot
 from backstep.tui.status import live_passes
 
 OPEN_ALL_BELOW = 200  # graphs this small start fully open

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from backstep.tui.model import Graph
+from backstep.tui.snapshot import Graph
 
 CHUNK = 100
 

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from backstep.tui.format import cut_left, num
-from backstep.tui.model import Accumulation, Snapshot, Summary, number
+from backstep.tui.snapshot import Accumulation, Snapshot, Summary, number
 
 BAR = 10
 # (label, width, right-aligned): sized so the table fits the 56-column panel of a 140x42 screen

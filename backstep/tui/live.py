@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from backstep.launcher import Debuggee
+from backstep.process.launcher import Debuggee
 from backstep.tui.messages import ConsoleOutput, Disconnected, ServerError
 
 if TYPE_CHECKING:

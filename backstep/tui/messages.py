@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.message import Message
 
-from backstep.tui.model import Snapshot
+from backstep.tui.snapshot import Snapshot
 
 
 @dataclass

@@ -20,7 +20,7 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.format import GLYPHS, cut_left, num
 from backstep.tui.graph import GraphPanel
-from backstep.tui.model import NodeInfo, PassView, Snapshot, number
+from backstep.tui.snapshot import NodeInfo, PassView, Snapshot, number
 
 NO_MODULE = "(no module)"
 

@@ -1,6 +1,6 @@
 """The narration panel: a demo's explanation of the current stop (only when a narration is given).
 
-Texts are templates filled from the run (see ``backstep.narration``): values the script printed as
+Texts are templates filled from the run (see ``backstep.demo.narration``): values the script printed as
 ``measured:`` lines in the console, and the ids of the nodes that ran at each (pass, step).
 """
 
@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from rich.markdown import Markdown
 from textual.widgets import Static
 
-from backstep.narration import MISSING, fields, measured, render
+from backstep.demo.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
-from backstep.tui.model import Snapshot
+from backstep.tui.snapshot import Snapshot
 
 
 class Narration(Protocol):

@@ -16,9 +16,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backstep.traceindex import Pass, TraceIndex
-from backstep.tui.model import SessionModel, Snapshot, Stop, _saved, _summaries
-from backstep.tui.model import number as number_of
+from backstep.traces.index import Pass, TraceIndex
+from backstep.tui.model import SessionModel, _saved
+from backstep.tui.snapshot import Snapshot, Stop, _summaries
+from backstep.tui.snapshot import number as number_of
 
 CARRY_EVERY = 32
 

@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from backstep.traceindex import TraceIndex
+from backstep.traces.index import TraceIndex
 from backstep.tui.against import Against
 from backstep.tui.app import BackstepApp
 from backstep.tui.console import ConsolePanel

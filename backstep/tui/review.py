@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from backstep.tui.model import Snapshot, Stop
+from backstep.tui.snapshot import Snapshot, Stop
 
 
 def review_at(snap: Snapshot, k: int) -> Snapshot | None:

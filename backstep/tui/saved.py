@@ -7,8 +7,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from backstep.tui.focus import Focus
 from backstep.tui.format import nbytes, shape_text
-from backstep.tui.model import Focus, SavedInfo
+from backstep.tui.snapshot import SavedInfo
 
 STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
 

@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from backstep.tui.model import Graph
+from backstep.tui.snapshot import Graph
 
 
 def matches(graph: Graph, query: str) -> list[int]:

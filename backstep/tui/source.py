@@ -9,7 +9,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
-from backstep.tui.model import Focus, Summary
+from backstep.tui.focus import Focus
+from backstep.tui.snapshot import Summary
 
 CONTEXT = 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from backstep.tui.model import Snapshot
+from backstep.tui.snapshot import Snapshot
 
 REASONS = {
     "pass_start": "start of pass",

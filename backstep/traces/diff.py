@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from backstep.traceindex import Pass, TraceIndex
+from backstep.traces.index import Pass, TraceIndex
 
 # (rtol, atol) per dtype, as torch.testing uses; the looser of the two sides applies.
 TOLERANCES: dict[str, tuple[float, float]] = {

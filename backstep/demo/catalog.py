@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from backstep import narration
+from backstep.demo import narration
 
 # The order the demos teach in; any other demo found is listed after these, by name.
 CURRICULUM = (
@@ -43,7 +43,7 @@ class Demo:
 
 def demos_dir() -> Path | None:
     """The folder holding the demos: installed package data first, then the source checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # backstep/, where a wheel puts _demos
     for candidate in (package / "_demos", package.parent / "demos"):
         if candidate.is_dir():
             return candidate

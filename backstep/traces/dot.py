@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from backstep.traceindex import Pass
+from backstep.traces.index import Pass
 
 COLOURS = {
     "ran": "#c8e6c9",

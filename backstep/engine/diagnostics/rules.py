@@ -12,7 +12,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from backstep.engine import diagnostics_text as text
+from backstep.engine.diagnostics import text
 
 Found = tuple[tuple[Any, ...], dict[str, Any]]
 

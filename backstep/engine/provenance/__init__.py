@@ -36,11 +36,12 @@ from typing import Any
 
 import torch
 
-from backstep.engine import provenance_inplace, provenance_warnings
-from backstep.engine.provenance_frames import forget_code
-from backstep.engine.provenance_modules import ModuleTracker
-from backstep.engine.provenance_scopes import SCOPE_KEY, Region, resolve
-from backstep.engine.provenance_tagging import (
+from backstep.engine.provenance import inplace as provenance_inplace
+from backstep.engine.provenance import warnings as provenance_warnings
+from backstep.engine.provenance.frames import forget_code
+from backstep.engine.provenance.modules import ModuleTracker
+from backstep.engine.provenance.scopes import SCOPE_KEY, Region, resolve
+from backstep.engine.provenance.tagging import (
     MODULE_KEY,
     SAVED_VERSIONS_KEY,
     SOURCE_KEY,

@@ -21,8 +21,8 @@ import sys
 import threading
 from typing import Any
 
-from backstep.engine.diagnostics_grad_none import ParameterCheck, WarningHook
-from backstep.engine.diagnostics_rules import EventRules, Found
+from backstep.engine.diagnostics.grad_none import ParameterCheck, WarningHook
+from backstep.engine.diagnostics.rules import EventRules, Found
 from backstep.engine.recorder import Sink
 
 MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, not repeated

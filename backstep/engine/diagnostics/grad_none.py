@@ -24,8 +24,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from backstep.engine import diagnostics_text as text
-from backstep.engine.diagnostics_rules import Found, diagnosis, source_key
+from backstep.engine.diagnostics import text
+from backstep.engine.diagnostics.rules import Found, diagnosis, source_key
 
 NON_LEAF_WARNING = "not a leaf Tensor is being accessed"
 MAX_PARAMS = 20_000
@@ -273,7 +273,7 @@ def _explained(names: list[str]) -> tuple[list[tuple[dict[str, Any], list[str]]]
     """Split parameter names into those a recorded graph cut explains (grouped by cut) and
     the rest."""
     try:
-        from backstep.engine.provenance_cuts import explain
+        from backstep.engine.provenance.cuts import explain
     except ImportError:
         return [], names
     groups: dict[tuple, tuple[dict[str, Any], list[str]]] = {}

@@ -22,12 +22,12 @@ import socket
 import stat
 import struct
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from backstep import protocol
+from backstep.process.channel import Channel
 
 ENV_SOCKET = "BACKSTEP_SOCKET"
 ENV_TOKEN_FD = "BACKSTEP_TOKEN_FD"
@@ -37,104 +37,6 @@ MAX_HELLO = 1024  # a hello is ~80 bytes
 MAX_PENDING = 16  # connections saying hello at once; more are refused at once
 _POLL = 0.25  # how often ``accept`` asks whether to give up
 _MAX_SOCKET_DIRECTORY = 96  # a socket path holds 104 bytes on macOS, 108 on Linux
-
-
-class Channel:
-    """One connected socket carrying JSON lines. ``send`` is thread-safe.
-
-    ``max_line`` bounds one incoming line: the debuggee reads small commands, the UI big events.
-    """
-
-    def __init__(self, sock: socket.socket, max_line: int = protocol.MAX_LINE) -> None:
-        self.sock = sock
-        self.max_line = max_line
-        self._file = sock.makefile("rb")
-        self._send_lock = threading.Lock()
-        self.closed = False
-        self.abandoned = False
-
-    def send(self, message: dict[str, Any]) -> bool:
-        """Send one message; False (never an exception) once the peer is gone."""
-        data = protocol.encode(message)
-        with self._send_lock:
-            if self.closed:
-                return False
-            try:
-                self.sock.sendall(data)
-                return True
-            except OSError:
-                self.closed = True
-                return False
-
-    def receive(self) -> dict[str, Any] | None:
-        """The next message, or None at end of stream. Raises ProtocolError for garbage."""
-        try:
-            line = self._file.readline(self.max_line + 1)
-        except (OSError, ValueError):
-            line = b""
-        if not line:
-            self.closed = True
-            return None
-        if len(line) > self.max_line and not line.endswith(b"\n"):
-            self._discard_rest_of_line()
-            raise protocol.ProtocolError(f"message longer than {self.max_line} bytes")
-        return protocol.decode(line)
-
-    def incoming(self) -> Iterator[dict[str, Any]]:
-        """Messages until the peer leaves; garbage is answered with an ``error`` event and
-        skipped, so a bad line never ends the conversation. Only a read that keeps failing in
-        some unforeseen way, not line after line of garbage, ends it like an end of stream."""
-        failures = 0
-        while True:
-            try:
-                message = self.receive()
-                failures = 0
-            except protocol.ProtocolError as exc:
-                self.send(protocol.error_event(str(exc)))
-                continue
-            except Exception as exc:  # noqa: BLE001 - no line may end the conversation
-                failures += 1
-                if failures > 10:
-                    self.closed = True
-                    return
-                self.send(protocol.error_event(protocol.describe(exc)))
-                continue
-            if message is None:
-                return
-            yield message
-
-    def _discard_rest_of_line(self) -> None:
-        while True:
-            chunk = self._file.readline(self.max_line)
-            if not chunk or chunk.endswith(b"\n"):
-                return
-
-    def close(self) -> None:
-        """Close from any thread: shutting the socket down first wakes a reader blocked in
-        ``receive`` (closing its buffered file first would wait on that reader's lock)."""
-        if self.abandoned:
-            return
-        self.closed = True
-        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
-                       self._file.close):
-            try:
-                closer()
-            except OSError:
-                pass
-
-    def abandon(self) -> None:
-        """In a forked child: drop the inherited socket without shutting it down (that would cut
-        the parent's connection) and without the reader's buffered-file lock, which a parent
-        thread may have held at fork time (the raw file is closed, so the buffered one is never
-        flushed or closed again). ``close`` and ``send`` are no-ops afterwards."""
-        from backstep.engine.forks import abandon_file
-
-        self.closed = self.abandoned = True
-        abandon_file(self._file)
-        try:
-            self.sock.close()  # the fd only: no shutdown
-        except OSError:
-            pass
 
 
 def peer_uid(sock: socket.socket) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 import backstep
-from backstep.engine.provenance_calls import CALL_CODE
+from backstep.engine.provenance.calls import CALL_CODE
 
 _BACKSTEP_DIR = os.path.dirname(os.path.abspath(backstep.__file__)) + os.sep
 _INTERNAL_DIRS: tuple[str, ...] = (

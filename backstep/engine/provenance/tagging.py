@@ -28,12 +28,12 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
-from backstep.engine import provenance_cuts
-from backstep.engine.provenance_frames import find_source
-from backstep.engine.provenance_inplace import _names as _known_names
-from backstep.engine.provenance_inplace import mutating_name, record, tensor_versions
-from backstep.engine.provenance_modules import ModuleTracker
-from backstep.engine.provenance_scopes import (
+from backstep.engine.provenance import cuts as provenance_cuts
+from backstep.engine.provenance.frames import find_source
+from backstep.engine.provenance.inplace import _names as _known_names
+from backstep.engine.provenance.inplace import mutating_name, record, tensor_versions
+from backstep.engine.provenance.modules import ModuleTracker
+from backstep.engine.provenance.scopes import (
     AROUND_KEY,
     MODULE_KEY,
     SAVED_VERSIONS_KEY,

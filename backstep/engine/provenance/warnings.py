@@ -16,7 +16,7 @@ import warnings
 from types import FrameType
 from typing import Any
 
-from backstep.engine import provenance_tagging
+from backstep.engine.provenance import tagging as provenance_tagging
 
 _MODULE = provenance_tagging.__name__
 _FILE = provenance_tagging.__file__

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from backstep.engine.provenance_frames import code_file
+from backstep.engine.provenance.frames import code_file
 
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"

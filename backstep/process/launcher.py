@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from backstep import transport
+from backstep.process import transport
 
 DEBUGGEE_MODULE = "backstep.engine.debuggee"
 
@@ -60,7 +60,7 @@ class Debuggee:
         Its stdout and stderr are pipes read here; the child gets copies of their read ends
         (and this terminal's name) so that it outlives a UI that dies (``engine.outlive``).
         Its stdin is a pipe from here: the console's input line writes into it."""
-        from backstep.engine import outlive
+        from backstep.process import outlive
 
         self.listener = transport.Listener()
         out_read, out_write = os.pipe()

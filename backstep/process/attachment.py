@@ -25,14 +25,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backstep import launcher, protocol, transport
+from backstep import protocol
 from backstep.engine.torch_api import check_imported
+from backstep.process import launcher, transport
 
 _lock = threading.RLock()
 _current: _Attachment | None = None
 _torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
-UI_COMMAND = [sys.executable, "-m", "backstep.attach_ui"]  # then --console R1,R2 --options JSON
+# then --console R1,R2 --options JSON
+UI_COMMAND = [sys.executable, "-m", "backstep.process.attach_ui"]
 
 
 def attach(
@@ -48,7 +50,7 @@ def attach(
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     """
     global _current, _torch_warned
-    from backstep.engine.forks import in_multiprocessing_child
+    from backstep.process.forks import in_multiprocessing_child
 
     if in_multiprocessing_child():  # a spawned worker importing the script's top level
         return
@@ -59,6 +61,8 @@ def attach(
         protocol.validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
         if trace:
+            from backstep.process.attach_trace import _TraceAttachment
+
             _current = _TraceAttachment(trace, source)
         elif not (os.isatty(0) and os.isatty(1)):
             print("backstep: no terminal to open the debugger on; the script continues without it "
@@ -110,9 +114,9 @@ class _Attachment:
         self._unfork: Any = None
 
     def _arm(self, sink: Any, controller: Any, record: bool) -> None:
-        from backstep.engine import forks
         from backstep.engine.capture import Capture
         from backstep.engine.diagnostics import Diagnostician
+        from backstep.process import forks
 
         self._unfork = forks.on_fork_child(self._after_fork)
 
@@ -164,40 +168,6 @@ class _Attachment:
 
     def stop(self) -> None:
         raise NotImplementedError
-
-
-class _TraceAttachment(_Attachment):
-    """No UI: every pass from here on is recorded to a JSON-lines file."""
-
-    def __init__(self, path: str, source: bool) -> None:
-        super().__init__(source)
-        self.path = path
-        self.stream: Any = None
-        self.recorder: Any = None
-
-    def start(self) -> None:
-        from backstep.engine.recorder import JsonlRecorder
-        from backstep.engine.session import session_event
-
-        self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
-        self.recorder = JsonlRecorder(self.stream)
-        self.recorder.emit(session_event(list(sys.argv)))
-        self._arm(self.recorder, None, record=True)
-        atexit.register(self.stop)
-
-    def _abandon(self) -> None:
-        atexit.unregister(self.stop)
-        if self.recorder is not None:
-            self.recorder.abandon()
-        self.stream = None
-
-    def stop(self) -> None:
-        if self.stream is None:
-            return
-        self._disarm()
-        self.recorder.flush()
-        self.stream.close()
-        self.stream = None
 
 
 class _UIAttachment(_Attachment):
@@ -273,7 +243,7 @@ class _UIAttachment(_Attachment):
 
     def _route_stdin(self) -> None:
         """While the UI owns the terminal, the script's stdin reads take the console's lines."""
-        from backstep.engine.input_wait import RoutedStdin
+        from backstep.process.input_wait import RoutedStdin
 
         self._stdin = RoutedStdin(sys.stdin, self._stdin_line)
         sys.stdin = self._stdin
@@ -389,7 +359,7 @@ class _UIAttachment(_Attachment):
             os.dup2(saved, fd)
         # what the script wrote that the UI never showed still reaches the terminal, and so
         # does what forked children (still on the pipes) write later, until they let go
-        from backstep.engine.outlive import drain, forward_in_background
+        from backstep.process.outlive import drain, forward_in_background
 
         for fd, (read_end, _) in self.pipes.items():
             drain(read_end, fd)

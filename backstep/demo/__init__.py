@@ -1,0 +1,1 @@
+"""The demo walkthroughs: finding them (``catalog``) and their narration texts (``narration``)."""

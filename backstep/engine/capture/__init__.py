@@ -1,0 +1,297 @@
+"""Capture every backward pass, node by node.
+
+``torch.autograd.backward``, ``Tensor.backward`` and ``torch.autograd.grad`` all go through
+``torch.autograd._engine_run_backward``; backstep replaces that one name while installed. For each
+pass it walks the graph from the roots, then installs hooks only where something needs them:
+
+- recording (a trace, or the live UI): one post-hook per node, which sees both the incoming and
+  outgoing gradients; summaries are batched and computed a few hundred nodes at a time;
+- stepping or static breakpoints: a pre-hook per node, to stop before it runs;
+- nothing can stop and nothing records: no hooks, no walk — the pass costs one function call.
+
+Every handle is removed at pass end and every hook is gated on its pass being active, so a hook
+left on a retained graph never blocks a later, unrelated backward. Hooks never return a value.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from backstep.engine import naming
+from backstep.engine.capture.hooks import Hooks, gradient_trip
+from backstep.engine.capture.output import Output
+from backstep.engine.capture.passes import (
+    _ACCUMULATE,
+    RETAINED_KEY,
+    Pass,
+    _freeze_gc,
+)
+from backstep.engine.capture.values import TensorValues
+from backstep.engine.controller import Controller
+from backstep.engine.graph import Graph, display_name, gradient_edge
+from backstep.engine.recorder import Sink
+from backstep.engine.summary import SummaryBatch
+
+__all__ = ["Capture", "Pass", "gradient_trip"]
+
+
+class Capture(Hooks, Output, TensorValues):
+    """Installs the backward wrapper and turns passes into events.
+
+    This module starts and ends passes; the hooks (``hooks``), the events written (``output``)
+    and tensor values for the UI (``values``) are mixed in; ``passes`` holds the pass state.
+    """
+
+    def __init__(
+        self,
+        sink: Sink | None,
+        controller: Controller | None = None,
+        *,
+        record: bool = True,
+    ) -> None:
+        self.sink = sink
+        self.controller = controller
+        # record every pass (a trace); otherwise only passes that step record their nodes
+        self.record = record and sink is not None
+        self.passes = 0
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._original: Any = None
+        self._original_retain: Any = None
+        self._retained: dict[int, Any] = {}  # id -> weakref of tensors that called retain_grad
+        self._live: dict[int, Pass] = {}
+        self._retained_graphs = 0  # retain_graph passes whose graph is still alive
+        self._released_queue: list[dict[str, Any]] = []
+        # provenance's annotate(roots): completes source/module tags before they are read
+        self.annotate: Any = None
+        if controller is not None:
+            controller.tensor_lookup = self._tensor_values
+
+    # -- install / uninstall ----------------------------------------------------------------
+    def install(self) -> None:
+        if self._original is not None:
+            return
+        original = torch.autograd._engine_run_backward
+        capture = self
+
+        def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            return capture._run(original, t_outputs, args, kwargs)
+
+        _engine_run_backward.__backstep__ = True  # type: ignore[attr-defined]
+        self._original = original
+        torch.autograd._engine_run_backward = _engine_run_backward
+        self._original_retain = torch.Tensor.__dict__.get("retain_grad")
+        base_retain = torch.Tensor.retain_grad
+
+        def retain_grad(tensor: torch.Tensor) -> None:
+            base_retain(tensor)
+            capture._note_retained(tensor)
+
+        retain_grad.__doc__ = base_retain.__doc__
+        torch.Tensor.retain_grad = retain_grad  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self._original is None:
+            return
+        self.drain()
+        torch.autograd._engine_run_backward = self._original
+        self._original = None
+        if self._original_retain is None:
+            try:
+                del torch.Tensor.retain_grad
+            except AttributeError:
+                pass
+        else:
+            torch.Tensor.retain_grad = self._original_retain  # type: ignore[method-assign]
+
+    def _note_retained(self, tensor: torch.Tensor) -> None:
+        try:
+            key = id(tensor)
+            retained = self._retained
+            retained[key] = weakref.ref(tensor, lambda _r, key=key: retained.pop(key, None))
+        except TypeError:
+            pass
+
+    # -- one pass ---------------------------------------------------------------------------
+    def _run(self, original: Any, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+        if torch.compiler.is_compiling():
+            # torch.compile tracing its own backward (AOTAutograd): not one of the user's passes
+            return original(t_outputs, *args, **kwargs)
+        with self._lock:
+            self.passes += 1
+            number = self.passes
+        controller = self.controller
+        if self._released_queue:
+            self.drain()
+        live = controller is not None and controller.live()
+        if not (self.record or live):
+            if self.sink is None:
+                return original(t_outputs, *args, **kwargs)
+            try:
+                return original(t_outputs, *args, **kwargs)
+            except Exception as exc:
+                self._post_mortem(number, t_outputs, args, kwargs, exc)
+                raise
+        try:
+            p = self._begin(number, t_outputs, args, kwargs, live)
+        except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
+            p = None
+        if p is None:
+            return original(t_outputs, *args, **kwargs)
+        stack = self._stack()
+        stack.append(p)
+        frozen = p.record and _freeze_gc()
+        try:
+            result = original(t_outputs, *args, **kwargs)
+        except BaseException as exc:
+            stack.pop()
+            self._end(p, exc)
+            if frozen:
+                gc.unfreeze()
+            raise
+        stack.pop()
+        self._end(p, None)
+        if frozen:
+            gc.unfreeze()
+        return result
+
+    def _stack(self) -> list[Pass]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _begin(self, number: int, t_outputs: Any, args: tuple, kwargs: dict, live: bool) -> Pass:
+        outputs = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+        retain_graph = bool(args[1]) if len(args) > 1 else False
+        create_graph = bool(args[2]) if len(args) > 2 else False
+        inputs = args[3] if len(args) > 3 else None
+        accumulate = kwargs.get("accumulate_grad", True)
+        roots = [gradient_edge(t) for t in outputs]
+        graph = Graph([edge[0] for edge in roots if edge is not None])
+        stack = self._stack()
+        parent = stack[-1] if stack else None
+        if parent is not None:
+            self._flush(parent)
+        p = Pass(number, parent.number if parent else None, "backward" if accumulate else "grad",
+                 graph)
+        input_ids = None
+        if inputs:
+            input_ids = []
+            for item in inputs:
+                edge = gradient_edge(item)
+                index = graph.index.get(edge[0]) if edge else None
+                input_ids.append(graph.ids[index] if index is not None else None)
+        controller = self.controller
+        if live and controller is not None:
+            p.stepping = controller.stop_at_pass_start or controller.interrupt
+        p.record = self.sink is not None and (self.record or p.stepping)
+        p.options = {"retain_graph": retain_graph, "create_graph": create_graph,
+                     "caller": naming.frame_source(naming.user_frame(sys._getframe(1))),
+                     "roots": [graph.index[e[0]] for e in roots if e is not None],
+                     "inputs": input_ids}
+        if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
+            self._name_leaves(p)
+        if live and controller is not None and controller.breakpoints.module_globs:
+            self._annotate(p)
+        if p.record:
+            for i in p.before:
+                variable = graph.nodes[i].variable
+                if variable.grad is not None:
+                    p.before[i] = p.batch.add(variable.grad)
+            p.retained = self._retained_in(p)
+            slots = p.batch.compute() if len(p.batch) else []
+            p.before = {i: (slots[s] if isinstance(s, int) else None) for i, s in p.before.items()}
+            self._announce(p)
+        bp = controller.breakpoints if controller is not None else None
+        if self._retained_graphs:
+            for i, node in enumerate(graph.nodes):
+                if graph.names[i] == _ACCUMULATE:
+                    continue  # leaves are shared by every graph over the same parameters
+                marker = node.metadata.get(RETAINED_KEY)
+                if marker is not None:
+                    marker.state["reused"] = True
+        self._ensure_hooks(
+            p,
+            pre=live and (p.stepping or bool(bp and bp.static)),
+            post=p.record or bool(live and bp and bp.on_gradients),
+        )
+        self._live[number] = p
+        return p
+
+    def _announce(self, p: Pass) -> None:
+        """Write ``pass_begin`` (at pass start when recording, else at the first stop)."""
+        if p.announced:
+            return
+        p.announced = True
+        self._annotate(p)
+        graph = p.graph
+        if not p.leaf_names:
+            self._name_leaves(p)
+        self._emit(
+            {
+                "event": "pass_begin",
+                "pass": p.number,
+                "parent": p.parent,
+                "api": p.api,
+                **p.options,
+                "roots": [graph.ids[i] for i in p.options["roots"]],
+                "thread": threading.current_thread().name,
+                "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
+            }
+        )
+
+    def _annotate(self, p: Pass) -> None:
+        if self.annotate is None or p.annotated:
+            return
+        p.annotated = True
+        try:
+            self.annotate(p.graph.nodes[: len(p.options.get("roots") or ())] or p.graph.nodes[:1])
+        except Exception:  # noqa: BLE001 - provenance is informative only
+            pass
+
+    def _name_leaves(self, p: Pass) -> None:
+        graph = p.graph
+        wanted: dict[int, Any] = {}
+        leaves: dict[int, Any] = {}
+        for i, name in enumerate(graph.names):
+            if name == _ACCUMULATE:
+                variable = graph.nodes[i].variable
+                leaves[i] = variable
+                wanted[id(variable)] = variable
+                p.before[i] = None
+        if not wanted:
+            return
+        found = naming.find_names(wanted, naming.user_frame(sys._getframe(1)))
+        for i, variable in leaves.items():
+            p.leaf_names[i] = found.get(id(variable)) or naming.fallback_name(graph.ids[i], variable)
+
+    def _retained_in(self, p: Pass) -> list[tuple[Any, int, str, dict[str, Any] | None]]:
+        out = []
+        if not self._retained:
+            return out
+        wanted = {}
+        for ref in list(self._retained.values()):
+            tensor = ref()
+            if tensor is not None and tensor.grad_fn is not None and tensor.retains_grad:
+                index = p.graph.index.get(tensor.grad_fn)
+                if index is not None:
+                    wanted[id(tensor)] = (ref, index, tensor)
+        if wanted:
+            names = naming.find_names({k: v[2] for k, v in wanted.items()},
+                                      naming.user_frame(sys._getframe(1)))
+            batch = SummaryBatch()  # one read on a GPU, however many tensors retain grads
+            slots = []
+            for key, (ref, index, tensor) in wanted.items():
+                name = names.get(key) or f"{display_name(p.graph.names[index])}#{p.graph.ids[index]}"
+                slots.append((ref, index, name, batch.add(tensor.grad)))
+            summaries = batch.compute() if len(batch) else []
+            out = [(ref, index, name, None if slot is None else summaries[slot])
+                   for ref, index, name, slot in slots]
+        return out

@@ -1,0 +1,242 @@
+"""Writing a pass out: summarised node events in batches, the pass end, the failed node, and
+the post-mortem of a pass that ran without hooks; retained graphs reported when released.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from backstep.engine.capture.passes import (
+    _ACCUMULATE,
+    RETAINED_KEY,
+    Pass,
+    _message,
+    _Retained,
+)
+from backstep.engine.controller import Controller
+from backstep.engine.graph import display_name
+from backstep.engine.recorder import Sink
+from backstep.engine.saved import has_saved, saved_status
+from backstep.engine.summary import SummaryBatch
+
+
+class Output:
+    """Capture's event side (a mixin of ``Capture``)."""
+
+    sink: Sink | None
+    controller: Controller | None
+    _live: dict[int, Pass]
+
+    _retained_graphs: int
+    _released_queue: list[dict[str, Any]]
+
+    def _post_mortem(self, number: int, t_outputs: Any, args: tuple, kwargs: dict,
+                     exc: BaseException) -> None:
+        """A pass that ran without hooks failed: name the node that raised from the graph the
+        user's tensors still hold, and report the pass as a recorded one would (errors only).
+
+        Nodes that ran before the failure have released their buffers by now, so "freed" alone
+        is ambiguous: an in-place error is pinned on the first node (in the engine's order) with
+        a modified saved tensor; a freed-graph error only when the first node that needs saved
+        tensors at all has them freed. Otherwise the pass is reported without a node.
+        """
+        try:
+            p = self._begin(number, t_outputs, args, kwargs, live=False)
+            graph = p.graph
+            inplace = "modified by an inplace operation" in str(exc)
+            failed = saved = None
+            for i in graph.execution_order():
+                node = graph.nodes[i]
+                if not has_saved(node):
+                    continue
+                statuses = saved_status(node, check=True)
+                kinds = {s["status"] for s in statuses} - {"scalar", "none"}
+                if not kinds:
+                    continue  # only sizes and numbers saved: this node needs no buffers
+                if inplace and "modified" in kinds:
+                    failed, saved = i, statuses
+                    break
+                if not inplace:
+                    if "freed" in kinds:
+                        failed, saved = i, statuses
+                    break
+            self._announce(p)
+            if failed is not None:
+                self._emit({"event": "node", "pass": number, "step": None,
+                            "id": graph.ids[failed], "name": display_name(graph.names[failed]),
+                            "grad_outputs": None, "grad_inputs": None, "saved": saved,
+                            "error": _message(exc)})
+            self._emit({"event": "pass_end", "pass": number, "status": "error",
+                        "error": _message(exc), "skipped": [], "post_mortem": True})
+            if self.sink is not None:
+                self.sink.flush()
+        except Exception:  # noqa: BLE001 - a post-mortem must never mask the user's error
+            pass
+        finally:
+            self._live.pop(number, None)
+
+    def _flush(self, p: Pass) -> dict[int, list[dict[str, Any] | None]]:
+        """Compute pending summaries and write their node events; returns each flushed
+        node's grad_inputs summaries by local index."""
+        if not p.records:
+            return {}
+        records, p.records = p.records, []
+        summaries = p.batch.compute()
+        graph = p.graph
+        number = p.number
+        out = {}
+        for i, step, go, gi, saved, after in records:
+            gi_summaries = [None if s is None else summaries[s] for s in gi]
+            out[i] = gi_summaries
+            node_id = graph.ids[i]
+            self._emit(
+                {
+                    "event": "node",
+                    "pass": number,
+                    "step": step,
+                    "id": node_id,
+                    "name": display_name(graph.names[i]),
+                    "grad_outputs": [None if s is None else summaries[s] for s in go],
+                    "grad_inputs": gi_summaries,
+                    "saved": saved,
+                    "error": None,
+                }
+            )
+            if graph.names[i] == _ACCUMULATE:
+                self._emit(
+                    {
+                        "event": "accumulate",
+                        "pass": number,
+                        "leaf": p.leaf_names.get(i),
+                        "id": node_id,
+                        "before": p.before.get(i),
+                        "after": summaries[after[0]] if after[0] is not None else None,
+                        "retained": False,
+                        "version": after[1],
+                    }
+                )
+        return out
+
+    def _end(self, p: Pass, exc: BaseException | None) -> None:
+        if p.checks is not None:
+            self._settle_checks(p, exc)
+        p.active = False
+        for handle in p.handles:
+            handle.remove()
+        p.handles = []
+        try:
+            self._finish(p, exc)
+        except Exception:  # noqa: BLE001 - never turn a pass into a backstep error
+            pass
+        finally:
+            self._live.pop(p.number, None)
+            p.graph = None  # type: ignore[assignment]
+            p.held.clear()
+            p.retained = []
+            p.records = []
+
+    def _finish(self, p: Pass, exc: BaseException | None) -> None:
+        if not p.announced:
+            return
+        self._flush(p)
+        self._sync_ran(p, None, complete=exc is None)  # a pass that ends well ran every node
+        graph = p.graph
+        if exc is None and p.options.get("retain_graph"):
+            self._watch_retained(p)
+        if exc is not None:
+            failed = self._failed_node(p)
+            if failed is not None:
+                self._emit(
+                    {
+                        "event": "node",
+                        "pass": p.number,
+                        "step": p.completed + 1,
+                        "id": graph.ids[failed],
+                        "name": display_name(graph.names[failed]),
+                        "grad_outputs": None,
+                        "grad_inputs": None,
+                        "saved": saved_status(graph.nodes[failed], check=True),
+                        "error": _message(exc),
+                    }
+                )
+        batch = SummaryBatch()  # every retained .grad in one batch: one read on a GPU
+        done = []
+        for ref, index, name, before in p.retained:
+            tensor = ref()
+            if tensor is not None and p.ran[index]:
+                done.append((index, name, before, batch.add(tensor.grad)))
+        summaries = batch.compute() if len(batch) else []
+        for index, name, before, slot in done:
+            self._emit(
+                {
+                    "event": "accumulate",
+                    "pass": p.number,
+                    "leaf": name,
+                    "id": graph.ids[index],
+                    "before": before,
+                    "after": None if slot is None else summaries[slot],
+                    "retained": True,
+                }
+            )
+        self.drain()
+        self._emit(
+            {
+                "event": "pass_end",
+                "pass": p.number,
+                "status": "ok" if exc is None else "error",
+                "error": None if exc is None else _message(exc),
+                "skipped": [graph.ids[i] for i, step in enumerate(p.ran) if not step],
+            }
+        )
+        if self.sink is not None:
+            self.sink.flush()
+
+    def _watch_retained(self, p: Pass) -> None:
+        """Mark a retained graph so its release, and whether any pass reused it, is reported."""
+        marker = _Retained(p.number)
+        graph = p.graph
+        total = 0
+        for i, node in enumerate(graph.nodes):
+            if graph.names[i] != _ACCUMULATE:
+                node.metadata[RETAINED_KEY] = marker
+            if has_saved(node):
+                total += sum(s.get("bytes", 0) for s in saved_status(node) if s["status"] == "alive")
+        marker.state["bytes"] = total
+        self._retained_graphs += 1
+        weakref.finalize(marker, self._released, p.number, marker.state).atexit = False
+        del marker
+
+    def _released(self, number: int, state: dict[str, Any]) -> None:
+        """A weakref finalizer: it can run anywhere (inside a sink's lock, inside a hook), so it
+        only queues; ``drain`` writes the event at the next safe point."""
+        self._retained_graphs -= 1
+        self._released_queue.append(
+            {"event": "graph_released", "pass": number, "reused": state["reused"],
+             "bytes": state["bytes"]}
+        )
+
+    def drain(self) -> None:
+        """Write queued ``graph_released`` events (at pass boundaries and at the end)."""
+        queue = self._released_queue
+        while queue:
+            try:
+                event = queue.pop(0)
+            except IndexError:  # another thread's pass drained it first
+                return
+            self._emit(event)
+
+    @staticmethod
+    def _failed_node(p: Pass) -> int | None:
+        """The node that raised: the one entered and not finished, else the ready node the
+        engine would have run next (highest sequence number first, as the engine orders)."""
+        if p.current is not None and not p.ran[p.current]:
+            return p.current
+        candidates = p.graph.ready_unrun(p.ran)
+        if not candidates:
+            return None
+        return max(candidates, key=lambda i: p.graph.nodes[i]._sequence_nr())
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink.emit(event)

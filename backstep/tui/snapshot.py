@@ -1,0 +1,348 @@
+"""What the UI reads: immutable snapshots of a session and the records they are made of.
+
+Stdlib only, no textual. ``tui/model.py`` makes these from protocol events; the panels only
+read them. Per-pass data that grows while a pass runs (records, accumulations) lives in
+append-only logs, and a snapshot remembers how much of each log it may see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+NodeState = Literal["done", "current", "pending", "skipped", "error"]
+SEVERITIES = ("error", "warning", "info")
+Summary = Mapping[str, Any]
+
+
+def number(value: Any) -> float | None:
+    """A summary field as a float: the protocol writes non-finite values as strings."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # "nan", "inf", "-inf"
+        except ValueError:
+            return None
+    return None
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else ()
+
+
+def _mapping(value: Any) -> Summary | None:
+    return MappingProxyType(dict(value)) if isinstance(value, dict) else None
+
+
+def _summaries(value: Any) -> tuple[Summary | None, ...]:
+    return tuple(_mapping(item) for item in _tuple(value))
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the debuggee said about itself when it connected."""
+
+    version: int | None
+    torch: str | None
+    argv: tuple[str, ...]
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One autograd node as ``pass_begin`` described it."""
+
+    id: int
+    name: str
+    next: tuple[int | None, ...]
+    leaf: str | None = None
+    source: Summary | None = None
+    module: str | None = None
+    saved_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SavedInfo:
+    """One saved tensor or scalar of a node."""
+
+    name: str
+    status: str
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    bytes: int
+    version_saved: int | None = None
+    version_now: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What happened when a node ran (a ``node`` event)."""
+
+    index: int  # position in the pass's execution log (0-based)
+    step: int
+    id: int
+    name: str
+    grad_outputs: tuple[Summary | None, ...]
+    grad_inputs: tuple[Summary | None, ...] | None
+    saved: tuple[SavedInfo, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """A leaf's ``.grad`` before and after one pass accumulated into it."""
+
+    index: int
+    leaf: str
+    id: int | None
+    before: Summary | None
+    after: Summary | None
+    retained: bool
+    passes_since_zeroed: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The debuggee is paused before node ``id`` runs — or, for a gradient breakpoint, just
+    after it ran (``after``) — a ``stopped`` event."""
+
+    pass_: int
+    step: int
+    id: int
+    name: str
+    reason: str
+    detail: str | None
+    grad_outputs: tuple[Summary | None, ...]
+    saved: tuple[SavedInfo, ...]
+    after: bool = False
+    stop: int | None = None  # the engine's number for this pause: commands name it
+    thread: str | None = None  # the thread the node runs on
+    device: str | None = None  # its gradient's device
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Another paused thread, in line behind the shown stop (a ``waiting`` event's item)."""
+
+    stop: int
+    pass_: int
+    step: int | None
+    id: int | None
+    name: str
+    thread: str | None
+    device: str | None
+
+
+@dataclass(frozen=True)
+class LivePass:
+    """A pass that began and has not ended, and what it is doing now."""
+
+    number: int
+    state: Literal["stopped", "waiting", "running"]
+    thread: str | None  # the thread that called backward
+
+
+@dataclass(frozen=True)
+class Related:
+    """Another line a diagnosis names, and why (``freed_by``, ``backward``, ``inplace_op``...)."""
+
+    role: str
+    file: str | None
+    line: int | None
+    code: str | None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A known failure pattern the engine recognised."""
+
+    pass_: int | None
+    kind: str
+    message: str
+    node: int | None
+    source: Summary | None
+    title: str = ""
+    severity: str = "error"  # "error" | "warning" | "info"
+    related: tuple[Related, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, int | None, Any]:
+        """One cause: the engine reports each once, the UI shows a repeat once too."""
+        line = self.source.get("line") if self.source is not None else None
+        file = self.source.get("file") if self.source is not None else None
+        return (self.kind, self.node, (file, line))
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """The script ended: its exit code and, when it raised, the traceback text."""
+
+    code: int
+    traceback: str | None
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The node table of one pass, built once at ``pass_begin`` and never changed."""
+
+    nodes: Mapping[int, NodeInfo]
+    order: tuple[int, ...]
+    roots: tuple[int, ...]
+    parents: Mapping[int, tuple[int, ...]]
+
+    @classmethod
+    def build(cls, raw_nodes: Any, roots: Any) -> Graph:
+        nodes: dict[int, NodeInfo] = {}
+        for raw in _tuple(raw_nodes):
+            if not isinstance(raw, dict) or not isinstance(raw.get("id"), int):
+                continue
+            nexts = tuple(n if isinstance(n, int) else None for n in _tuple(raw.get("next")))
+            saved_bytes = raw.get("saved_bytes")
+            nodes[raw["id"]] = NodeInfo(
+                id=raw["id"],
+                name=str(raw.get("name", "?")),
+                next=nexts,
+                leaf=raw.get("leaf") if isinstance(raw.get("leaf"), str) else None,
+                source=_mapping(raw.get("source")),
+                module=raw.get("module") if isinstance(raw.get("module"), str) else None,
+                saved_bytes=saved_bytes if isinstance(saved_bytes, int) else None,
+            )
+        parents: dict[int, list[int]] = {}
+        for info in nodes.values():
+            for child in info.next:
+                if child is not None and child in nodes:
+                    parents.setdefault(child, []).append(info.id)
+        root_ids = tuple(r for r in _tuple(roots) if isinstance(r, int) and r in nodes)
+        if not root_ids:
+            root_ids = tuple(i for i in nodes if i not in parents)[:1] or tuple(nodes)[:1]
+        return cls(
+            nodes=MappingProxyType(nodes),
+            order=tuple(nodes),
+            roots=root_ids,
+            parents=MappingProxyType({k: tuple(v) for k, v in parents.items()}),
+        )
+
+    def children(self, node_id: int) -> list[int]:
+        """The ids a node's gradients flow to, in ``next_functions`` order, known ids only."""
+        info = self.nodes.get(node_id)
+        if info is None:
+            return []
+        return [n for n in info.next if n is not None and n in self.nodes]
+
+
+class PassLog:
+    """Append-only per-pass data; snapshots see a prefix of it."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, NodeRecord] = {}
+        self.executed: list[int] = []
+        self.accumulations: list[Accumulation] = []
+
+
+@dataclass(frozen=True)
+class PassView:
+    """One backward pass as of one moment."""
+
+    number: int
+    parent: int | None
+    api: str
+    retain_graph: bool
+    create_graph: bool
+    graph: Graph
+    log: PassLog = field(repr=False, compare=False)
+    done: int = 0  # how many records of the log this view sees
+    accumulated: int = 0  # how many accumulations of the log this view sees
+    ended: bool = False
+    status: str | None = None
+    error: str | None = None
+    skipped: frozenset[int] = frozenset()
+    thread: str | None = None  # the thread that called backward
+
+    def record(self, node_id: int) -> NodeRecord | None:
+        """The node's record if it ran by this moment."""
+        rec = self.log.records.get(node_id)
+        return rec if rec is not None and rec.index < self.done else None
+
+    def executed(self) -> list[int]:
+        return self.log.executed[: self.done]
+
+    def accumulations(self) -> list[Accumulation]:
+        return self.log.accumulations[: self.accumulated]
+
+    def state(self, node_id: int, current: int | None) -> NodeState:
+        rec = self.record(node_id)
+        if rec is not None:
+            return "error" if rec.error else "done"
+        if node_id == current and not self.ended:
+            return "current"
+        if self.ended:
+            return "skipped"
+        return "pending"
+
+    def saved_totals(self, stop: Stop | None = None) -> tuple[int, int]:
+        """Bytes still held by saved tensors and bytes freed so far in this pass.
+
+        A node's saved tensors are freed once it runs unless the pass retains the graph; nodes
+        that have not run count with ``saved_bytes`` from ``pass_begin`` when the engine sent it.
+        """
+        held = freed = 0
+        seen: set[int] = set()
+        for node_id in self.executed():
+            rec = self.log.records[node_id]
+            seen.add(node_id)
+            size = sum(s.bytes for s in rec.saved)
+            if self.retain_graph:
+                held += size
+            else:
+                freed += size
+        if stop is not None and stop.pass_ == self.number and stop.id not in seen:
+            seen.add(stop.id)
+            held += sum(s.bytes for s in stop.saved if s.status != "freed")
+        for info in self.graph.nodes.values():
+            if info.id not in seen and info.saved_bytes:
+                held += info.saved_bytes
+        return held, freed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the UI shows, at one moment. Immutable."""
+
+    seq: int = 0
+    session: SessionInfo | None = None
+    pass_: PassView | None = None
+    passes: int = 0
+    stop: Stop | None = None
+    running: bool = False
+    waiting: tuple[Waiting, ...] = ()  # stops in line behind ``stop``, longest waiting first
+    live: tuple[LivePass, ...] = ()  # passes that began and have not ended, by number
+    exit: ExitInfo | None = None
+    diagnoses: tuple[Diagnosis, ...] = ()
+    leaf_norms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def current(self) -> int | None:
+        """The node the debuggee is paused before, if it is paused in the shown pass."""
+        if self.stop is None or self.pass_ is None or self.stop.pass_ != self.pass_.number:
+            return None
+        return self.stop.id
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def is_nonfinite(value: Any) -> bool:
+    """True for the protocol's non-finite markers and for float NaN/Inf."""
+    num = number(value)
+    return num is not None and not math.isfinite(num)
