@@ -52,12 +52,11 @@ def test_attach_stops_finishes_and_hands_back(tmp_path: Path, arm: str, env: dic
         screen = session.expect(r"before PowBackward0", timeout=90)
         assert "training starts" in screen  # the script's output before the UI came up
         session.press("f")
-        session.expect(r"finish|pass 1 .*done|AccumulateGrad", timeout=30)
+        # the script's own output after the pass, with plain PyTorch's gradients: in the console
+        # panel if the UI is still up when it prints, else on the terminal it was handed back
+        session.expect(r"final grads 64\.0 32\.0", timeout=30)
         session.press("q")
         assert session.wait(60) == 0
-        session.pump(0.5)
-        tail = session.raw.decode(errors="replace")
-        assert "final grads 64.0 32.0" in tail.split("before PowBackward0")[-1]
     finally:
         session.kill()
 
