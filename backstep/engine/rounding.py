@@ -61,3 +61,18 @@ def _stat(x: float, dtype: torch.dtype) -> float | str:
     if dtype in (torch.float16, torch.bfloat16):
         return float(f"{x:.5g}")
     return x
+
+
+def put_extremes(out: dict, shown: tuple | None, lo: float, hi: float, norm: float,
+                 dtype: torch.dtype) -> None:
+    """Write ``min``, ``max`` and ``norm`` into a summary: from ``shown``, the three values of a
+    batch rounded in one go (a NaN there means that one was not), else each rounded alone."""
+    if shown is not None:
+        a, b, c = shown
+        out["min"] = a if a == a else _stat(lo, dtype)
+        out["max"] = b if b == b else _stat(hi, dtype)
+        out["norm"] = c if c == c else _stat(norm, dtype)
+    else:
+        out["min"] = _stat(lo, dtype)
+        out["max"] = _stat(hi, dtype)
+        out["norm"] = _stat(norm, dtype)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from backstep.engine import summary_device, transfers
-from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat
+from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat, put_extremes
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
@@ -329,15 +329,8 @@ class SummaryBatch:
                     torch.linalg.vector_norm(t.detach(), dtype=torch.float64)))
                 total = float(transfers.read(t.detach().sum(dtype=torch.float64)))
             out = _base(t)
-            if finite and not overflowed:  # rounded in one go above (NaN: not there)
-                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
-                out["min"] = a if a == a else _stat(lo, dtype)
-                out["max"] = b if b == b else _stat(hi, dtype)
-                out["norm"] = c if c == c else _stat(norm, dtype)
-            else:
-                out["min"] = _stat(lo, dtype)
-                out["max"] = _stat(hi, dtype)
-                out["norm"] = _stat(norm, dtype)
+            put_extremes(out, (shown_min[j], shown_max[j], shown_norm[j])  # rounded in one go
+                         if finite and not overflowed else None, lo, hi, norm, dtype)
             out["mean"] = _stat(total / n, dtype)
             out["nonfinite"] = (0 if finite
                                 else int(transfers.read((~torch.isfinite(t.detach())).sum())))

@@ -205,6 +205,7 @@ def _failed(out: dict[str, Any], exc: BaseException) -> dict[str, Any]:
 
 def _fill(b: Block, host: torch.Tensor, results: list[dict[str, Any] | None],
           redo: list[tuple[Block, int, int, list[float]]]) -> None:
+    from backstep.engine.rounding import put_extremes
     from backstep.engine.summary import _DIGITS, _round_digits, _stat, _values
 
     m = (host.numel() - b.small) // b.rows
@@ -236,15 +237,8 @@ def _fill(b: Block, host: torch.Tensor, results: list[dict[str, Any] | None],
                 norm, total = rows[5][j], rows[6][j]
             else:
                 out["note"] = "norm/sum overflowed float32 on the device"
-        if finite and not overflowed:
-            a, c, d = shown[0][j], shown[1][j], shown[2][j]
-            out["min"] = a if a == a else _stat(lo, dtype)
-            out["max"] = c if c == c else _stat(hi, dtype)
-            out["norm"] = d if d == d else _stat(norm, dtype)
-        else:
-            out["min"] = _stat(lo, dtype)
-            out["max"] = _stat(hi, dtype)
-            out["norm"] = _stat(norm, dtype)
+        put_extremes(out, (shown[0][j], shown[1][j], shown[2][j])
+                     if finite and not overflowed else None, lo, hi, norm, dtype)
         out["mean"] = _stat(total / n, dtype)
         out["nonfinite"] = 0 if finite else int(bad_list[j])
         if values is not None:
