@@ -7,7 +7,9 @@ They are imported only to build the parser, so none may import torch or textual 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+from typing import Any
 
 
 def add_script_arguments(
@@ -20,6 +22,23 @@ def add_script_arguments(
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     # the script owns stdout: a pipe closed under it must fail for it exactly as under python
     parser.set_defaults(handler=handler, script_stdout=True)
+
+
+def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | None:
+    """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the
+    first that is not a trace and closing those already open: the command then exits 2."""
+    from backstep.traces.index import TraceError, TraceIndex
+
+    opened: list[Any] = []
+    try:
+        for path in paths:
+            opened.append(TraceIndex(path, partial=partial))
+    except TraceError as exc:
+        for index in opened:
+            index.close()
+        print(f"backstep {who}: {exc}", file=sys.stderr)
+        return None
+    return opened
 
 
 def torch_problem() -> str | None:

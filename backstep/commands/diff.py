@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 
@@ -34,20 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep.commands import open_traces
     from backstep.traces.diff import Tolerance, diff
-    from backstep.traces.index import TraceError, TraceIndex
 
-    try:
-        a = TraceIndex(args.a)
-    except TraceError as exc:
-        print(f"backstep diff: {exc}", file=sys.stderr)
+    opened = open_traces("diff", args.a, args.b)
+    if opened is None:
         return 2
-    try:
-        b = TraceIndex(args.b)
-    except TraceError as exc:
-        a.close()
-        print(f"backstep diff: {exc}", file=sys.stderr)
-        return 2
+    a, b = opened
     with a, b:
         report = diff(a, b, Tolerance(args.rtol, args.atol))
     if args.json:

@@ -29,14 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep.commands import open_traces
     from backstep.traces.dot import to_dot
-    from backstep.traces.index import TraceError, TraceIndex
 
-    try:
-        index = TraceIndex(args.trace)
-    except TraceError as exc:
-        print(f"backstep export: {exc}", file=sys.stderr)
+    opened = open_traces("export", args.trace)
+    if opened is None:
         return 2
+    index = opened[0]
     with index:
         if index.note():
             print(f"backstep export: note: {index.note()}", file=sys.stderr)

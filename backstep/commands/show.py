@@ -36,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep.commands import open_traces
     from backstep.traces.index import TraceError, TraceIndex
 
     try:
@@ -43,11 +44,10 @@ def main(args: argparse.Namespace) -> int:
     except protocol.ProtocolError as exc:
         print(f"backstep show: {exc}", file=sys.stderr)
         return 2
-    try:
-        index = TraceIndex(args.trace, partial=True)
-    except TraceError as exc:
-        print(f"backstep show: {exc}", file=sys.stderr)
+    opened = open_traces("show", args.trace, partial=True)
+    if opened is None:
         return 2
+    index = opened[0]
     against_index = None
     if args.against:
         try:
