@@ -80,9 +80,14 @@ def _refuse(sock: socket.socket, why: str) -> None:
         sock.close()
 
 
+_log_lock = threading.Lock()
+
+
 def _log(line: str) -> None:
-    with contextlib.suppress(Exception):
-        print(line, file=sys.stderr, flush=True)
+    """One whole line on stderr, however many connection threads log at once."""
+    with _log_lock, contextlib.suppress(Exception):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 class RemoteServer:
@@ -94,13 +99,14 @@ class RemoteServer:
     """
 
     def __init__(self, address: tuple[str, int], controller: Any, session: dict[str, Any], *,
-                 token: str | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 token: str | None = None, handshake_timeout: float | None = None,
                  busy: Callable[[], bool] | None = None,
                  log: Callable[[str], None] = _log) -> None:
         self.controller = controller
         self.session = session
         self.token = token or auth.new_token()
-        self.handshake_timeout = handshake_timeout
+        self.handshake_timeout = HANDSHAKE_TIMEOUT if handshake_timeout is None \
+            else handshake_timeout
         self.busy = busy
         self.log = log
         self.channel: Channel | None = None  # the attached UI, once it has sent ``start``
