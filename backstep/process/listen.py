@@ -58,8 +58,11 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
         session = Session(server, controller, record=False, source=source,
                           on_fork=lambda: server.forget())
         session_holder["s"] = session
-        if wait and not server.wait_for_ui():
-            return 1
+        try:
+            if wait and not server.wait_for_ui():
+                return 1
+        except KeyboardInterrupt:  # ctrl-c while waiting: as python would end, quietly
+            return 130
         with session:
             code = run_script(script, script_args, on_exit=session.exit)
     finally:

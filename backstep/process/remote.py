@@ -61,6 +61,9 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    with contextlib.suppress(OSError, AttributeError):  # unacknowledged data: same limit
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                        1000 * (KEEPALIVE[0] + KEEPALIVE[1] * KEEPALIVE[2]))
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT, 0))
     with contextlib.suppress(OSError):
@@ -186,7 +189,7 @@ class RemoteServer:
             self.log(f"backstep: refused a UI from {who}: {exc}")
             _refuse(sock, str(exc))
             return
-        except OSError:
+        except Exception:  # noqa: BLE001 - the peer went away (OSError) or worse: drop it
             with self._lock:
                 if self._claim is claim:
                     self._claim = None
