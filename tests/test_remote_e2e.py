@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.process import auth, remote
 from tests.test_run_e2e import SCRIPT, Pty, alive
 
 pytestmark = [
@@ -112,6 +113,7 @@ def test_connect_steps_a_listening_run_over_loopback(jobs) -> None:
     ui.expect(r"before AddBackward0")
     ui.press("c")
     ui.expect(r"script exited with code 0")
+    ui.expect(r"tensor\(64\.\) tensor\(32\.\)")  # a copy of its print, in the console
     assert job.wait() == 0
     ui.press("q")
     assert ui.wait() == 0
@@ -136,11 +138,9 @@ def test_a_ui_detaches_and_another_attaches_later(jobs, tmp_path: Path) -> None:
     job.expect_log("a UI attached from")
     (tmp_path / "go0").touch()
     first.expect(r"stopped: start of pass before MulBackward0")
-    busy = subprocess.run([sys.executable, "-m", "backstep", "connect", job.address],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "BACKSTEP_TOKEN": job.token},
-                          stdin=subprocess.DEVNULL)
-    assert busy.returncode == 2 and "another UI is attached" in busy.stderr
+    host, port = job.address.rsplit(":", 1)
+    with pytest.raises(auth.HandshakeError, match="another UI is attached"):
+        remote.connect((host, int(port)), job.token)
     first.press("q")  # detach while stopped: the script is released and runs on
     assert first.wait() == 0
     deadline = time.monotonic() + 30

@@ -61,7 +61,7 @@ class RemoteLink:
         from backstep.tui.messages import Disconnected
 
         self.channel.send(app.start_message())
-        app.reader.run(self.channel)
+        app.reader.run(_Events(self.channel, app))
         app.post_message(Disconnected(None))
 
     def send(self, message: dict[str, Any]) -> bool:
@@ -74,6 +74,28 @@ class RemoteLink:
 
     def returncode(self) -> int | None:
         return None
+
+
+class _Events:
+    """The channel as the reader sees it, less the ``output`` events: a copy of the script's
+    prints, which go to the console panel."""
+
+    def __init__(self, channel: Channel, app: BackstepApp) -> None:
+        self.channel = channel
+        self.app = app
+
+    def receive(self) -> dict[str, Any] | None:
+        from backstep.tui.messages import ConsoleOutput
+
+        while True:
+            event = self.channel.receive()
+            if event is None or event.get("event") != "output":
+                return event
+            text = event.get("text")
+            if isinstance(text, str):
+                stream = "stderr" if event.get("stream") == "stderr" else "stdout"
+                text = text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates
+                self.app.post_message(ConsoleOutput(text, stream))
 
 
 def _token(given: str | None) -> str | None:

@@ -3,7 +3,8 @@
 The engine is armed in this process with a controller that stops only while a remote UI is
 attached (``remote.RemoteServer``). ``attach`` prints the address and token on stderr and, by
 default, waits there for the first UI, like ``debugpy.wait_for_client()``: the next pass is
-never missed. The script's own output stays on its terminal or log, untouched.
+never missed. The script's own output stays on its terminal or log, untouched (a copy of
+what it prints goes to the attached UI: ``remote_output``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class _RemoteAttachment(_Attachment):
         self.stop_at_pass_start = stop_at_pass_start
         self.wait = wait
         self.server: RemoteServer | None = None
+        self._restore_output: Any = None
 
     def start(self) -> None:
         from backstep.engine.controller import Controller
@@ -38,6 +40,9 @@ class _RemoteAttachment(_Attachment):
         self.server = RemoteServer(self.address, controller, session_event(list(sys.argv)),
                                    busy=lambda: in_pass(self.capture))
         self._arm(self.server, controller, record=False)
+        from backstep.process import remote_output
+
+        self._restore_output = remote_output.install(self._emit)
         print(self.server.announcement(), file=sys.stderr, flush=True)
         atexit.register(self._at_exit)
         if self.wait:
@@ -59,6 +64,9 @@ class _RemoteAttachment(_Attachment):
 
     def stop(self) -> None:
         atexit.unregister(self._at_exit)
+        restore, self._restore_output = self._restore_output, None
+        if restore is not None:
+            restore()
         server, self.server = self.server, None
         if server is not None:
             server.close()

@@ -2,7 +2,7 @@
 one (``attach_remote`` is the same for ``backstep.attach(listen=...)``).
 
 The script runs in this very process, its stdin, stdout and stderr untouched: they stay the
-job's own terminal or log. One line on stderr gives the address and a fresh token. By default
+job's own terminal or log (``remote_output`` copies what it prints to the attached UI). One line on stderr gives the address and a fresh token. By default
 the script waits for the first UI before it runs (``run``), or ``attach()`` waits for it before
 it returns, like ``debugpy --wait-for-client``: the first pass is never missed. With
 ``wait=False`` it runs on at once and stops only while a UI is attached. Nothing here imports
@@ -63,8 +63,14 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
                 return 1
         except KeyboardInterrupt:  # ctrl-c while waiting: as python would end, quietly
             return 130
-        with session:
-            code = run_script(script, script_args, on_exit=session.exit)
+        from backstep.process import remote_output
+
+        restore = remote_output.install(server.emit)  # a copy of print output for the UI
+        try:
+            with session:
+                code = run_script(script, script_args, on_exit=session.exit)
+        finally:
+            restore()
     finally:
         server.close()
     return code

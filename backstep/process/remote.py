@@ -230,8 +230,9 @@ class RemoteServer:
             if message.get("cmd") == "detach":
                 break
             self.controller.feed(message)
-        self.log("backstep: the UI left; the script runs on without stopping until one "
-                 "attaches again")
+        if not self.closed:
+            self.log("backstep: the UI left; the script runs on without stopping until one "
+                     "attaches again")
 
     def _wait_for_start(self, channel: Channel) -> dict[str, Any] | None:
         """The UI's ``start``; anything else gets an error and the wait goes on."""
