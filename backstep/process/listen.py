@@ -32,6 +32,12 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
     except ValueError as exc:
         print(f"backstep run: --listen: {exc}", file=sys.stderr)
         return 2
+    from backstep.commands import torch_problem
+
+    problem = torch_problem()  # as `backstep run` without --listen: before anything runs
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     from backstep.engine.controller import Controller
     from backstep.engine.runner import run_script
     from backstep.engine.session import Session, refuse_missing, session_event
