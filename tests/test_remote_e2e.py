@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backstep.process import auth, remote
-from tests.test_run_e2e import SCRIPT, Pty, alive
+from tests.test_run_e2e import SCRIPT, Pty
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="needs a pty"),
@@ -163,9 +163,16 @@ def test_a_ui_detaches_and_another_attaches_later(jobs, tmp_path: Path) -> None:
 def test_attach_listen_waits_for_a_ui_and_survives_one_that_vanishes(jobs, tmp_path) -> None:
     (tmp_path / "attached.py").write_text("import backstep\nbackstep.attach()\n" + SCRIPT)
     job = jobs("job", "attached.py", env={"BACKSTEP_LISTEN": "127.0.0.1:0"})
-    ui = connect(jobs, job)
-    ui.expect(r"stopped: start of pass before PowBackward0")
-    ui.kill()  # the UI dies mid-stop: the script is released, as with a local UI
+    time.sleep(0.2)
+    assert job.process.poll() is None and job.out.read_text() == ""  # attach() waits
+    host, port = job.address.rsplit(":", 1)
+    ui = remote.connect((host, int(port)), job.token)
+    assert ui.receive()["event"] == "session"
+    ui.send({"cmd": "start", "breakpoints": [], "stop_at_pass_start": True})
+    while (event := ui.receive()) is not None and event["event"] != "stopped":
+        pass
+    assert event is not None and event["name"] == "PowBackward0"
+    ui.close()  # the UI vanishes mid-stop (no detach): the script is released, as with a local UI
     assert job.wait() == 0
     assert job.out.read_text() == PLAIN
-    assert not alive(ui.pid)
+    assert "a UI attached from 127.0.0.1" in job.err.read_text()
