@@ -110,8 +110,9 @@ def test_one_ui_at_a_time_and_refusals_logged_in_one_line() -> None:
     logs: list[str] = []
     controller = Controller(lambda event: None)
     controller.close()
-    server = remote.RemoteServer(("127.0.0.1", 0), controller, {"event": "session"},
-                                 token=TOKEN, log=logs.append)
+    server = remote.RemoteServer(("127.0.0.1", 0), {"event": "session"}, token=TOKEN,
+                                 log=logs.append)
+    server.serve(controller)
     host, port = server.address.rsplit(":", 1)
     address = (host, int(port))
     try:

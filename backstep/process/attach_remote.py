@@ -35,10 +35,11 @@ class _RemoteAttachment(_Attachment):
         from backstep.engine.controller import Controller
         from backstep.engine.session import session_event
 
-        controller = Controller(self._emit, self.breakpoints, self.stop_at_pass_start)
-        controller.close()  # no UI yet: nothing stops
-        self.server = RemoteServer(self.address, controller, session_event(list(sys.argv)),
+        self.server = RemoteServer(self.address, session_event(list(sys.argv)),
                                    busy=lambda: in_pass(self.capture))
+        controller = Controller(self.server.emit, self.breakpoints, self.stop_at_pass_start)
+        controller.close()  # no UI yet: nothing stops
+        self.server.serve(controller)
         self._arm(self.server, controller, record=False)
         from backstep.process import remote_output
 
@@ -46,7 +47,11 @@ class _RemoteAttachment(_Attachment):
         print(self.server.announcement(), file=sys.stderr, flush=True)
         atexit.register(self._at_exit)
         if self.wait:
-            self.server.wait_for_ui()
+            try:
+                self.server.wait_for_ui()
+            except KeyboardInterrupt:  # ctrl-c while waiting: the script gets it, unarmed
+                self.stop()
+                raise
 
     def _emit(self, event: dict[str, Any]) -> None:
         server = self.server

@@ -43,27 +43,23 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
     from backstep.engine.session import Session, refuse_missing, session_event
 
     os.environ.pop(ENV_LISTEN, None)  # for this job only: a child script starts no server
-    holder: dict[str, Any] = {}
-    controller = Controller(lambda event: holder["server"].emit(event), breakpoints or [],
-                            stop_at_pass_start)
-    controller.close()  # no UI yet: nothing stops
-    session_holder: dict[str, Any] = {}
     try:
-        server = RemoteServer(address, controller, session_event([script, *script_args]),
-                              busy=lambda: in_pass(getattr(session_holder.get("s"), "capture", None)))
+        server = RemoteServer(address, session_event([script, *script_args]))
     except OSError as exc:
         print(f"backstep run: cannot listen on {listen}: {exc.strerror or exc}",
               file=sys.stderr)
         return 2
-    holder["server"] = server
+    controller = Controller(server.emit, breakpoints or [], stop_at_pass_start)
+    controller.close()  # no UI yet: nothing stops
+    session = Session(server, controller, record=False, source=source,
+                      on_fork=lambda: server.forget())
+    server.busy = lambda: in_pass(session.capture)
+    server.serve(controller)
     try:
         missing = refuse_missing(script, "backstep run", server)
         if missing is not None:
             return missing
         print(server.announcement(), file=sys.stderr, flush=True)
-        session = Session(server, controller, record=False, source=source,
-                          on_fork=lambda: server.forget())
-        session_holder["s"] = session
         try:
             if wait and not server.wait_for_ui():
                 return 1

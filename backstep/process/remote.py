@@ -96,16 +96,18 @@ def _log(line: str) -> None:
 class RemoteServer:
     """A listening TCP socket and the one UI attached through it; the engine's sink.
 
-    ``controller`` must start closed. ``session`` is the event each new UI gets first.
+    It listens from construction and serves from ``serve(controller)``: the controller, made
+    with this server's ``emit``, must start closed. ``session`` is the event each new UI gets
+    first.
     ``busy()`` says whether a pass a former UI was stepping still runs: a new UI is attached
     only once it has ended, so it never sees half a pass.
     """
 
-    def __init__(self, address: tuple[str, int], controller: Any, session: dict[str, Any], *,
+    def __init__(self, address: tuple[str, int], session: dict[str, Any], *,
                  token: str | None = None, handshake_timeout: float | None = None,
                  busy: Callable[[], bool] | None = None,
                  log: Callable[[str], None] = _log) -> None:
-        self.controller = controller
+        self.controller: Any = None
         self.session = session
         self.token = token or auth.new_token()
         self.handshake_timeout = HANDSHAKE_TIMEOUT if handshake_timeout is None \
@@ -123,9 +125,11 @@ class RemoteServer:
         self.sock = socket.create_server((host, port), family=family, backlog=MAX_HANDSHAKES)
         self.sock.settimeout(0.25)  # how often the accept loop asks whether to stop
         self.address = format_address(host, self.sock.getsockname()[1])
-        self._thread = threading.Thread(target=self._accept_loop, name="backstep-listen",
-                                        daemon=True)
-        self._thread.start()
+
+    def serve(self, controller: Any) -> None:
+        """Start taking connections for ``controller`` (closed: nothing stops until a UI)."""
+        self.controller = controller
+        threading.Thread(target=self._accept_loop, name="backstep-listen", daemon=True).start()
 
     def announcement(self) -> str:
         """The one line the job prints on stderr: where, and the token to get in."""
@@ -270,7 +274,8 @@ class RemoteServer:
         if channel is not None:
             with contextlib.suppress(OSError):
                 channel.sock.shutdown(socket.SHUT_WR)
-        self.controller.close()
+        if self.controller is not None:
+            self.controller.close()
 
     def forget(self) -> None:
         """In a forked child: let go of the parent's sockets without a word or a shutdown."""
