@@ -129,6 +129,7 @@ def test_one_ui_at_a_time_and_refusals_logged_in_one_line() -> None:
         assert not controller.detached and controller.breakpoints.nonfinite
         first.send({"cmd": "detach"})
         assert first.receive() is None  # the server hung up
+        first.close()
         second = remote.connect(address, TOKEN, timeout=5)  # the slot is free again
         assert controller.detached  # and nothing stops until this one starts
         second.close()
