@@ -43,7 +43,7 @@ class _RemoteAttachment(_Attachment):
         self._arm(self.server, controller, record=False)
         from backstep.process import remote_output
 
-        self._restore_output = remote_output.install(self._emit)
+        self._restore_output = remote_output.install(self._emit, self._attached)
         print(self.server.announcement(), file=sys.stderr, flush=True)
         atexit.register(self._at_exit)
         if self.wait:
@@ -57,6 +57,10 @@ class _RemoteAttachment(_Attachment):
         server = self.server
         if server is not None:
             server.emit(event)
+
+    def _attached(self) -> bool:
+        server = self.server
+        return server is not None and server.channel is not None
 
     def _at_exit(self) -> None:
         """The script is ending: the attached UI learns it (0 for a clean end: ``sys.exit``'s

@@ -67,7 +67,8 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
             return 130
         from backstep.process import remote_output
 
-        restore = remote_output.install(server.emit)  # a copy of print output for the UI
+        # a copy of what the script prints, for the attached UI's console
+        restore = remote_output.install(server.emit, server.attached)
         try:
             with session:
                 code = run_script(script, script_args, on_exit=session.exit)

@@ -145,6 +145,10 @@ class RemoteServer:
     def flush(self) -> None:
         pass
 
+    def attached(self) -> bool:
+        """Whether a UI is attached now (a cheap check before making an event for it)."""
+        return self.channel is not None
+
     # -- waiting ----------------------------------------------------------------------------
     def wait_for_ui(self) -> bool:
         """Block until a UI has attached (True) or the server closed (False)."""

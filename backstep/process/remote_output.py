@@ -22,14 +22,16 @@ Forward = Callable[[dict[str, Any]], None]
 class TeeStream:
     """Stands in for ``sys.stdout`` or ``sys.stderr``."""
 
-    def __init__(self, stream: Any, name: str, forward: Forward) -> None:
+    def __init__(self, stream: Any, name: str, forward: Forward,
+                 active: Callable[[], bool]) -> None:
         self._backstep_stream = stream
         self._backstep_name = name
         self._backstep_forward = forward
+        self._backstep_active = active
 
     def write(self, text: str) -> int:
         written = self._backstep_stream.write(text)  # the real write first: errors are its own
-        if isinstance(text, str) and text:
+        if text and self._backstep_active() and isinstance(text, str):
             try:
                 for start in range(0, len(text), CHUNK):
                     self._backstep_forward({"event": "output", "stream": self._backstep_name,
@@ -49,14 +51,14 @@ class TeeStream:
         return iter(self._backstep_stream)
 
 
-def install(forward: Forward) -> Callable[[], None]:
-    """Wrap ``sys.stdout`` and ``sys.stderr``; returns what puts them back (only if the script
-    has not replaced them meanwhile)."""
+def install(forward: Forward, active: Callable[[], bool]) -> Callable[[], None]:
+    """Wrap ``sys.stdout`` and ``sys.stderr`` (copies go to ``forward`` while ``active()``);
+    returns what puts them back (only if the script has not replaced them meanwhile)."""
     tees = {}
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None:
-            tees[name] = TeeStream(stream, name, forward)
+            tees[name] = TeeStream(stream, name, forward, active)
             setattr(sys, name, tees[name])
 
     def uninstall() -> None:
