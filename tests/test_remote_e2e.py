@@ -176,3 +176,15 @@ def test_attach_listen_waits_for_a_ui_and_survives_one_that_vanishes(jobs, tmp_p
     assert job.wait() == 0
     assert job.out.read_text() == PLAIN
     assert "a UI attached from 127.0.0.1" in job.err.read_text()
+
+
+def test_a_listening_job_with_no_ui_behaves_as_python(jobs, tmp_path: Path) -> None:
+    (tmp_path / "fails.py").write_text(SCRIPT + "raise SystemExit(3)\n")
+    plain = subprocess.run([sys.executable, "fails.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    job = jobs("job", "-m", "backstep", "run", "--listen", "0", "--no-wait", "fails.py")
+    assert job.wait() == plain.returncode == 3
+    assert job.out.read_text() == plain.stdout == PLAIN
+    announce, rest = job.err.read_text().split("\n", 1)
+    assert ANNOUNCE.match(announce) and rest == plain.stderr
+
