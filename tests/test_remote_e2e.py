@@ -179,12 +179,11 @@ def test_attach_listen_waits_for_a_ui_and_survives_one_that_vanishes(jobs, tmp_p
 
 
 def test_a_listening_job_with_no_ui_behaves_as_python(jobs, tmp_path: Path) -> None:
-    (tmp_path / "fails.py").write_text(SCRIPT + "raise SystemExit(3)\n")
-    plain = subprocess.run([sys.executable, "fails.py"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=60)
+    (tmp_path / "fails.py").write_text("import sys\n" + SCRIPT +
+                                       "print('to stderr', file=sys.stderr)\nsys.exit(3)\n")
     job = jobs("job", "-m", "backstep", "run", "--listen", "0", "--no-wait", "fails.py")
-    assert job.wait() == plain.returncode == 3
-    assert job.out.read_text() == plain.stdout == PLAIN
+    assert job.wait() == 3
+    assert job.out.read_text() == PLAIN
     announce, rest = job.err.read_text().split("\n", 1)
-    assert ANNOUNCE.match(announce) and rest == plain.stderr
-
+    assert ANNOUNCE.match(announce)
+    assert rest.endswith("to stderr\n") and "backstep" not in rest  # torch's own warnings aside
