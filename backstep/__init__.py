@@ -14,7 +14,10 @@ __all__ = ["__version__", "attach", "attached", "detach"]
 
 
 def attach(*args: Any, **kwargs: Any) -> None:
-    """Arm backstep in this process: the next backward pass stops and the UI opens."""
+    """Arm backstep in this process: the next backward pass stops and the UI opens.
+
+    ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) waits for a remote ``backstep connect``
+    instead (``wait=False``: run on until one attaches)."""
     from backstep.process.attachment import attach as _attach
 
     _attach(*args, **kwargs)

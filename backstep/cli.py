@@ -1,4 +1,4 @@
-"""The ``backstep`` command: ``run``, ``trace`` and ``demo``."""
+"""The ``backstep`` command: ``run``, ``trace``, ``demo``, ``connect`` and the trace tools."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from backstep import __version__
 
-SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export")
+SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect")
 
 
 def build_parser() -> argparse.ArgumentParser:

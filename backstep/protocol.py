@@ -61,6 +61,9 @@ EVENTS = frozenset(
         "tensor",
         "waiting",
         "input",
+        "output",  # a copy of the script's print output, for a remote UI (remote_output)
+        "challenge",  # the remote UI's handshake (process/auth)
+        "welcome",
         "exit",
         "error",
     }

@@ -32,6 +32,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="do not stop at the first node of every pass (only at breakpoints)")
+    parser.add_argument("--listen", metavar="[HOST:]PORT", default=None,
+                        help="open no UI here: wait for `backstep connect` on this TCP port "
+                        "(host 127.0.0.1 unless given; also $BACKSTEP_LISTEN)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="with --listen: start the script at once, not when a UI attaches")
     add_script_arguments(parser, main)
     return parser
 
@@ -42,6 +47,14 @@ def main(args: argparse.Namespace) -> int:
     except protocol.ProtocolError as exc:
         print(f"backstep run: {exc}", file=sys.stderr)
         return 2
+    listen = args.listen or os.environ.get("BACKSTEP_LISTEN")
+    if listen:
+        from backstep.process.listen import run_listening
+
+        return run_listening(args.script, list(args.args), listen, wait=not args.no_wait,
+                             breakpoints=breakpoints,
+                             stop_at_pass_start=not args.no_stop_at_start,
+                             source=not args.no_source)
     return launch(args.script, list(args.args), breakpoints=breakpoints,
                   stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source)
 

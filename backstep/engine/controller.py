@@ -212,6 +212,17 @@ class Controller:
         for stop in line:
             stop.commands.put(_CLOSED)
 
+    def reopen(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool) -> None:
+        """A new UI took over after ``close`` (a remote ``connect``): stop again, with its
+        breakpoints and options. Raises ProtocolError for bad breakpoints, changing nothing."""
+        compiled = Breakpoints.from_list(breakpoints)
+        with self._lock:
+            self.breakpoints = compiled
+            self.stop_at_pass_start = stop_at_pass_start
+            self.interrupt = False
+            self._behind = []
+            self.detached = False
+
     # -- a pause, on the thread running the node ------------------------------------------
     def pause(self, stopped: dict[str, Any], on: Any) -> str:
         """Emit ``stopped`` (or queue it behind the shown stop) and block this thread until a

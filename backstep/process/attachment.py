@@ -43,11 +43,15 @@ def attach(
     stop_at_pass_start: bool = True,
     source: bool = True,
     trace: str | None = None,
+    listen: str | None = None,
+    wait: bool = True,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed.
 
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
+    ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) opens no UI here: a remote one attaches with
+    ``backstep connect``; ``wait`` makes this call wait for the first one.
     """
     global _current, _torch_warned
     from backstep.process.forks import in_multiprocessing_child
@@ -60,10 +64,20 @@ def attach(
         parsed = [protocol.parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
         protocol.validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
+        listen = listen or os.environ.get("BACKSTEP_LISTEN") or None
         if trace:
             from backstep.process.attach_trace import _TraceAttachment
 
             _current = _TraceAttachment(trace, source)
+        elif listen:
+            from backstep.process.attach_remote import _RemoteAttachment
+
+            try:
+                _current = _RemoteAttachment(listen, parsed, stop_at_pass_start, source, wait)
+            except ValueError as exc:
+                print(f"backstep: listen={listen!r}: {exc} (the script continues without "
+                      "backstep)", file=sys.stderr)
+                return
         elif not (os.isatty(0) and os.isatty(1)):
             print("backstep: no terminal to open the debugger on; the script continues without it "
                   "(set BACKSTEP_TRACE=run.jsonl to record a trace instead)", file=sys.stderr)
