@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backstep import protocol
-from backstep.commands import add_script_arguments, torch_problem
+from backstep.commands import add_script_arguments, other_ranks, torch_problem
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,6 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="do not stop at the first node of every pass (only at breakpoints)")
+    other_ranks.add_arguments(parser)
     add_script_arguments(parser, main)
     return parser
 
@@ -42,8 +43,25 @@ def main(args: argparse.Namespace) -> int:
     except protocol.ProtocolError as exc:
         print(f"backstep run: {exc}", file=sys.stderr)
         return 2
-    return launch(args.script, list(args.args), breakpoints=breakpoints,
-                  stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source)
+    code = other_ranks.run_unless_ours(args)  # under torchrun, only one rank opens the UI
+    if code is not None:
+        return code
+    return launch(args.module or args.script, list(args.args), breakpoints=breakpoints,
+                  stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source,
+                  as_module=args.module is not None)
+
+
+def module_missing(name: str) -> str | None:
+    """Python's message when ``python -m name`` cannot even find the top-level package, found
+    without importing anything here (what is missing deeper shows in the script's console)."""
+    import importlib.machinery
+
+    top = name.partition(".")[0]
+    if (not top or top in sys.builtin_module_names
+            or importlib.machinery.FrozenImporter.find_spec(top) is not None
+            or importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]])):
+        return None
+    return f"{sys.executable}: No module named {top}"
 
 
 def _hang_up(signum: int, frame: object) -> None:
@@ -58,9 +76,16 @@ def launch(
     stop_at_pass_start: bool = True,
     source: bool = True,
     narration: str | None = None,
+    as_module: bool = False,
 ) -> int:
-    """Open the full-screen UI, run the script in a debuggee, return the script's exit code."""
-    if not os.path.exists(script):
+    """Open the full-screen UI, run the script (``as_module``: the module, as ``python -m``)
+    in a debuggee, return the script's exit code."""
+    if as_module:
+        missing = module_missing(script)
+        if missing is not None:
+            print(missing, file=sys.stderr)
+            return 1
+    elif not os.path.exists(script):
         print(f"backstep: can't open file {os.path.abspath(script)!r}: "
               f"[Errno 2] {os.strerror(2)}", file=sys.stderr)
         return 2
@@ -82,7 +107,7 @@ def launch(
     from backstep.tui.app import BackstepApp
     from backstep.tui.live import LiveLink
 
-    link = LiveLink(debuggee_command(script, script_args, source=source))
+    link = LiveLink(debuggee_command(script, script_args, source=source, as_module=as_module))
     app = BackstepApp(link, breakpoints=list(breakpoints),
                       stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
