@@ -161,3 +161,10 @@ def test_run_rank_out_of_range_is_refused(tmp_path: Path) -> None:
         result = backstep(tmp_path, "run", "--rank", "2", "s.py", rank=rank)
         assert result.returncode == 2 and result.stdout == ""
         assert ("not a rank of this job (0 to 1)" in result.stderr) == (rank == 0)
+
+
+def test_children_of_ranks_stay_apart() -> None:
+    from backstep.commands.trace import child_path
+
+    paths = {child_path(ranks.trace_path("t.jsonl", ranks.Rank(r, r, 2))[0], 5) for r in (0, 1)}
+    assert paths == {"t.rank0.5.jsonl", "t.rank1.5.jsonl"}
