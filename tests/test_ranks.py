@@ -168,3 +168,17 @@ def test_children_of_ranks_stay_apart() -> None:
 
     paths = {child_path(ranks.trace_path("t.jsonl", ranks.Rank(r, r, 2))[0], 5) for r in (0, 1)}
     assert paths == {"t.rank0.5.jsonl", "t.rank1.5.jsonl"}
+
+
+def test_attach_trace_writes_one_file_per_rank(tmp_path: Path) -> None:
+    (tmp_path / "s.py").write_text("import backstep\nbackstep.attach(trace='a.jsonl')\n"
+                                   "print('done')\n")
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        result = subprocess.run([sys.executable, "s.py"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stdout == "done\n"
+        assert ("one file each: a.rank0.jsonl … a.rank1.jsonl" in result.stderr) == (rank == 0)
+        session = json.loads((tmp_path / f"a.rank{rank}.jsonl").read_text().splitlines()[0])
+        assert session["rank"] == rank
+    assert not (tmp_path / "a.jsonl").exists()
