@@ -8,7 +8,12 @@ Floats that are not finite (NaN, +-Inf) are written as the strings ``"nan"``, ``
 ``"-inf"`` so every line is strict JSON that jq and browsers accept.
 
 Events (DESIGN.md names the first five; do not rename them):
-  session     version, torch, argv, pid
+  session     version, torch, argv, pid, python; rank, local_rank, world_size (as the launcher
+              set RANK, LOCAL_RANK, WORLD_SIZE; null outside one) and hostname. argv is
+              ["-m", module, ...] for a module run as ``python -m`` would
+  process_group  backend, rank, world_size, timeout (collective timeout in seconds, or null):
+              once, just before the first pass_begin that runs under an initialized
+              torch.distributed default group (the group comes up after the session event)
   pass_begin  pass, parent (pass number or null), api ("backward" | "grad"), retain_graph,
               create_graph, roots (ids), inputs (ids or null), thread, nodes (list of node infos)
   node        pass, step, id, name, grad_outputs, grad_inputs, saved, error (message or null)
@@ -52,6 +57,7 @@ EVENTS = frozenset(
     {
         "hello",
         "session",
+        "process_group",
         "pass_begin",
         "node",
         "accumulate",

@@ -15,13 +15,45 @@ from typing import Any
 def add_script_arguments(
     parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int]
 ) -> None:
-    """What ``run`` and ``trace`` share: ``--no-source``, then the script and its own argv."""
+    """What ``run`` and ``trace`` share: ``--no-source``, then the script and its own argv, or
+    ``-m MODULE`` and its argv (as ``python -m``: it ends the options)."""
     parser.add_argument("--no-source", action="store_true",
                         help="do not record the forward line and module of each node (faster)")
-    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
+                        help="run a library module as a script, as python -m does (ends the "
+                        "options: the rest is the module's own argv)")
+    parser.add_argument("script", nargs="?", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+    def with_target(args: argparse.Namespace) -> int:
+        if not script_target(args):
+            parser.error("the following arguments are required: script (or -m MODULE)")
+        return handler(args)
+
+    parser.usage = "%(prog)s [options] (script.py | -m MODULE) [args ...]"
     # the script owns stdout: a pipe closed under it must fail for it exactly as under python
-    parser.set_defaults(handler=handler, script_stdout=True)
+    parser.set_defaults(handler=with_target, script_stdout=True)
+
+
+def script_target(args: argparse.Namespace) -> bool:
+    """Settle what runs: ``args.module`` becomes the module's name or None, ``args.script``
+    the script (None under ``-m``) and ``args.args`` its argv. False when neither was named."""
+    module = getattr(args, "module", None)
+    if module is None:
+        args.module = None
+        return args.script is not None
+    if not module:
+        return False
+    rest = [args.script] if args.script is not None else []  # "-mpkg a": argparse split it
+    args.module, args.script, args.args = module[0], None, [*module[1:], *rest, *args.args]
+    return True
+
+
+def target_argv(args: argparse.Namespace) -> list[str]:
+    """The command line as python would have been given it, for the ``session`` event."""
+    if args.module is not None:
+        return ["-m", args.module, *args.args]
+    return [args.script, *args.args]
 
 
 def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | None:

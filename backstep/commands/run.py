@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backstep import protocol
-from backstep.commands import add_script_arguments, torch_problem
+from backstep.commands import add_script_arguments, other_ranks, torch_problem
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,6 +37,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(host 127.0.0.1 unless given; also $BACKSTEP_LISTEN)")
     parser.add_argument("--no-wait", action="store_true",
                         help="with --listen: start the script at once, not when a UI attaches")
+    other_ranks.add_arguments(parser)
     add_script_arguments(parser, main)
     return parser
 
@@ -47,16 +48,36 @@ def main(args: argparse.Namespace) -> int:
     except protocol.ProtocolError as exc:
         print(f"backstep run: {exc}", file=sys.stderr)
         return 2
+    code = other_ranks.run_unless_ours(args)  # under torchrun, only one rank opens the UI
+    if code is not None:
+        return code
     listen = args.listen or os.environ.get("BACKSTEP_LISTEN")
     if listen:
+        if args.module is not None:
+            print("backstep run: --listen takes a script path, not -m MODULE", file=sys.stderr)
+            return 2
         from backstep.process.listen import run_listening
 
         return run_listening(args.script, list(args.args), listen, wait=not args.no_wait,
                              breakpoints=breakpoints,
                              stop_at_pass_start=not args.no_stop_at_start,
                              source=not args.no_source)
-    return launch(args.script, list(args.args), breakpoints=breakpoints,
-                  stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source)
+    return launch(args.module or args.script, list(args.args), breakpoints=breakpoints,
+                  stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source,
+                  as_module=args.module is not None)
+
+
+def module_missing(name: str) -> str | None:
+    """Python's message when ``python -m name`` cannot even find the top-level package, found
+    without importing anything here (what is missing deeper shows in the script's console)."""
+    import importlib.machinery
+
+    top = name.partition(".")[0]
+    if (not top or top in sys.builtin_module_names
+            or importlib.machinery.FrozenImporter.find_spec(top) is not None
+            or importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]])):
+        return None
+    return f"{sys.executable}: No module named {top}"
 
 
 def _hang_up(signum: int, frame: object) -> None:
@@ -71,9 +92,16 @@ def launch(
     stop_at_pass_start: bool = True,
     source: bool = True,
     narration: str | None = None,
+    as_module: bool = False,
 ) -> int:
-    """Open the full-screen UI, run the script in a debuggee, return the script's exit code."""
-    if not os.path.exists(script):
+    """Open the full-screen UI, run the script (``as_module``: the module, as ``python -m``)
+    in a debuggee, return the script's exit code."""
+    if as_module:
+        missing = module_missing(script)
+        if missing is not None:
+            print(missing, file=sys.stderr)
+            return 1
+    elif not os.path.exists(script):
         print(f"backstep: can't open file {os.path.abspath(script)!r}: "
               f"[Errno 2] {os.strerror(2)}", file=sys.stderr)
         return 2
@@ -95,7 +123,7 @@ def launch(
     from backstep.tui.app import BackstepApp
     from backstep.tui.live import LiveLink
 
-    link = LiveLink(debuggee_command(script, script_args, source=source))
+    link = LiveLink(debuggee_command(script, script_args, source=source, as_module=as_module))
     app = BackstepApp(link, breakpoints=list(breakpoints),
                       stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from backstep.commands import add_script_arguments, torch_problem
+from backstep.commands import add_script_arguments, target_argv, torch_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run SCRIPT exactly as python would and record every backward pass, node "
         "by node, as JSON lines. Options go before the script; the rest belongs to it.",
     )
-    parser.add_argument("-o", "--output", default="backstep-trace.jsonl", metavar="FILE",
-                        help="where to write the events (default: %(default)s)")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="where to write the events (default: backstep-trace.jsonl; under "
+                        "several ranks backstep-trace.rank{rank}.jsonl). {rank}, {local_rank} "
+                        "and {pid} are filled in; under several ranks a name without them gets "
+                        ".rank<N> before its suffix")
     parser.add_argument("--children", action="store_true",
                         help="also record forked child processes (DataLoader workers, "
                         "multiprocessing), each to FILE with its pid before the extension")
@@ -31,24 +34,36 @@ def child_path(output: str, pid: int) -> str:
     return f"{root}.{pid}{ext}"
 
 
+def rank_output(template: str | None) -> str:
+    """This rank's file for ``-o`` (``process.ranks``); the one note when a rank was put in."""
+    from backstep.process import ranks
+
+    here = ranks.from_environment()
+    path, inserted = ranks.trace_path(template, here)
+    if inserted and template is not None:
+        ranks.say_inserted("backstep trace", template, here)
+    return path
+
+
 def main(args: argparse.Namespace) -> int:
     problem = torch_problem()
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
+    args.output = rank_output(args.output)
     try:
         stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
     except OSError as exc:
         print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     from backstep.engine.recorder import JsonlRecorder
-    from backstep.engine.runner import run_script
+    from backstep.engine.runner import run_module, run_script
     from backstep.engine.session import Session, refuse_missing, session_event
 
     recorder = JsonlRecorder(stream)
-    recorder.emit(session_event([args.script, *args.args]))
+    recorder.emit(session_event(target_argv(args)))
     recorder.flush()
-    missing = refuse_missing(args.script, "backstep trace", recorder)
+    missing = None if args.module else refuse_missing(args.script, "backstep trace", recorder)
     if missing is not None:
         stream.close()
         return missing
@@ -68,7 +83,10 @@ def main(args: argparse.Namespace) -> int:
 
     session = Session(recorder, source=not args.no_source, on_fork=on_fork)
     with session:
-        code = run_script(args.script, args.args, on_exit=session.exit)
+        if args.module is not None:
+            code = run_module(args.module, args.args, on_exit=session.exit)
+        else:
+            code = run_script(args.script, args.args, on_exit=session.exit)
     for own in recorders[-1:]:
         if not own.abandoned:
             own.flush()

@@ -80,6 +80,7 @@ def _forked(channel: transport.Channel, outlive: Any, stdin: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="backstep-debuggee")
     parser.add_argument("--no-source", action="store_true")
+    parser.add_argument("--module", action="store_true")  # the script is a module: python -m
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -102,16 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         pass
 
     from backstep.engine.controller import Controller
-    from backstep.engine.runner import run_script
+    from backstep.engine.runner import run_module, run_script
     from backstep.engine.session import Session, refuse_missing, session_event
 
     sink = ChannelSink(channel)
-    sink.emit(session_event([args.script, *args.args]))
+    sink.emit(session_event(["-m"] * args.module + [args.script, *args.args]))
     controller = _wait_for_start(channel, lambda start: Controller(
         sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
     if controller is None:
         return 1
-    missing = refuse_missing(args.script, "backstep run", sink)
+    missing = None if args.module else refuse_missing(args.script, "backstep run", sink)
     if missing is not None:
         channel.close()
         return missing
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     session = Session(sink, controller, record=False, source=not args.no_source,
                       on_fork=lambda: _forked(channel, outlive, stdin))
     with session:
-        code = run_script(args.script, args.args, on_exit=session.exit)
+        run = run_module if args.module else run_script
+        code = run(args.script, args.args, on_exit=session.exit)
     if outlive is not None:
         outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up

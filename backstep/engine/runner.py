@@ -1,4 +1,4 @@
-"""Run a script exactly as ``python script.py args...`` would.
+"""Run a script exactly as ``python script.py args...`` (or a module as ``python -m``) would.
 
 Same ``sys.argv``, ``__name__ == "__main__"``, ``sys.path[0]``; output untouched; uncaught
 exceptions go to ``sys.excepthook`` with backstep's and runpy's frames removed, so the traceback
@@ -45,25 +45,26 @@ def _torch_dir() -> str | None:
     return os.path.dirname(file) + os.sep if file else None
 
 
-def _hidden(filename: str, torch_dir: str | None) -> bool:
-    """Frames plain ``python script.py`` would not show: backstep's, runpy's, and torch's
-    ``__torch_function__`` dispatch (provenance's mode routes calls through it)."""
+def _hidden(filename: str, torch_dir: str | None, runpy_shown: bool = False) -> bool:
+    """Frames plain ``python script.py`` would not show: backstep's, runpy's (``python -m``
+    shows those: ``runpy_shown``), and torch's ``__torch_function__`` dispatch (provenance's
+    mode routes calls through it)."""
     return (
         filename.startswith(_BACKSTEP_DIR)
-        or filename == "<frozen runpy>"
-        or filename.endswith(os.sep + "runpy.py")
+        or (not runpy_shown and (filename == "<frozen runpy>"
+                                 or filename.endswith(os.sep + "runpy.py")))
         or (torch_dir is not None and filename == torch_dir + "overrides.py")
     )
 
 
-def _strip(tb: TracebackType | None) -> TracebackType | None:
+def _strip(tb: TracebackType | None, runpy_shown: bool = False) -> TracebackType | None:
     """The traceback as plain Python would have it: hidden frames removed, and a function
     re-entered through torch-function dispatch shown once."""
     kept: list[TracebackType] = []
     torch_dir = _torch_dir()
     while tb is not None:
         code = tb.tb_frame.f_code
-        if not _hidden(code.co_filename, torch_dir):
+        if not _hidden(code.co_filename, torch_dir, runpy_shown):
             if (
                 kept
                 and kept[-1].tb_frame.f_code is code
@@ -81,13 +82,14 @@ def _strip(tb: TracebackType | None) -> TracebackType | None:
     return kept[0] if kept else None
 
 
-def _strip_chain(exc: BaseException, seen: set[int] | None = None) -> None:
+def _strip_chain(exc: BaseException, seen: set[int] | None = None,
+                 runpy_shown: bool = False) -> None:
     seen = seen if seen is not None else set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        exc.__traceback__ = _strip(exc.__traceback__)
+        exc.__traceback__ = _strip(exc.__traceback__, runpy_shown)
         if exc.__context__ is not None and exc.__cause__ is None:
-            _strip_chain(exc.__context__, seen)
+            _strip_chain(exc.__context__, seen, runpy_shown)
         exc = exc.__cause__  # type: ignore[assignment]
 
 
@@ -115,20 +117,39 @@ def run_script(
     sys.argv = [path, *args]
     script_dir = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else path
     sys.path[0] = os.path.abspath(script_dir)
+    return _run(lambda: _run_main(path), on_exit, runpy_shown=False)
+
+
+def run_module(
+    name: str,
+    args: list[str],
+    on_exit: Callable[[int, str | None], None] | None = None,
+) -> int:
+    """Run a module as ``python -m name args...`` does: the current directory first on
+    ``sys.path``, ``sys.argv[0]`` the module's file (set by runpy, as for python), ``__main__``
+    with its ``__spec__``. A module that cannot be found ends with python's own message and
+    status 1."""
+    sys.argv = ["-m", *args]  # python's own placeholder until runpy knows the file
+    sys.path[0] = os.getcwd()
+    return _run(lambda: _run_module_main(name), on_exit, runpy_shown=True)
+
+
+def _run(body: Callable[[], None], on_exit: Callable[[int, str | None], None] | None,
+         runpy_shown: bool) -> int:
     code = 0
     text = None
     interrupted = False
     try:
-        _run_main(path)
+        body()
     except SystemExit as exc:
         code = exit_code(exc)
     except KeyboardInterrupt as exc:
-        _strip_chain(exc)
+        _strip_chain(exc, runpy_shown=runpy_shown)
         text = _report(exc)
         interrupted = True
         code = 130
     except BaseException as exc:  # noqa: BLE001 - reported exactly as Python would
-        _strip_chain(exc)
+        _strip_chain(exc, runpy_shown=runpy_shown)
         text = _report(exc)
         code = 1
     _flush_std()
@@ -139,6 +160,23 @@ def run_script(
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return code
+
+
+def _run_module_main(name: str) -> None:
+    """What python's ``-m`` calls (``runpy._run_module_as_main``), in a fresh ``__main__`` of
+    its own rather than backstep's; its errors are python's (``sys.exit("python: No module
+    named x")``)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins)
+    sys.modules["__main__"] = main
+    as_main = getattr(runpy, "_run_module_as_main", None)
+    if as_main is not None:
+        as_main(name, alter_argv=True)
+        return
+    try:  # a Python without the private entry point: the public one, same semantics
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except ImportError as exc:
+        sys.exit(f"{sys.executable}: {exc}")
 
 
 def _run_main(path: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from backstep import protocol
 from backstep.engine.recorder import Sink
+from backstep.process import ranks
 
 
 def session_event(argv: list[str]) -> dict[str, Any]:
@@ -32,6 +33,7 @@ def session_event(argv: list[str]) -> dict[str, Any]:
         "argv": list(argv),
         "pid": os.getpid(),
         "python": sys.version.split()[0],
+        **ranks.session_fields(),
     }
 
 
@@ -101,8 +103,9 @@ class Session:
                  source: bool = True,
                  on_fork: Callable[[], Sink | None] | None = None) -> None:
         from backstep.engine.diagnostics import Diagnostician
+        from backstep.engine.process_group import GroupNotice
 
-        self.diagnostician = Diagnostician(sink)
+        self.diagnostician = Diagnostician(GroupNotice(sink))
         self.sink: Sink = self.diagnostician
         self.controller = controller
         self.record = record

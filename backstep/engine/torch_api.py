@@ -62,6 +62,9 @@ REQUIRED: dict[str, str] = {
 OPTIONAL: dict[str, str] = {
     "torch.compiler._is_compiling_flag": "provenance_calls, provenance_tagging: fast path",
     "torch.compiler.is_dynamo_compiling": "provenance_calls, provenance_tagging: fast path",
+    "torch.distributed.distributed_c10d._get_default_group":
+        "process_group: the default group's backends (ProcessGroup._get_backend, "
+        "_device_types, options._timeout) for the collective timeout; left out without them",
 }
 
 _PROBE_TIMEOUT = 300.0

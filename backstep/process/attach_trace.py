@@ -22,7 +22,13 @@ class _TraceAttachment(_Attachment):
     def start(self) -> None:
         from backstep.engine.recorder import JsonlRecorder
         from backstep.engine.session import session_event
+        from backstep.process import ranks
 
+        here = ranks.from_environment()  # under torchrun: one file per rank, as for trace -o
+        template = self.path
+        self.path, inserted = ranks.trace_path(template, here)
+        if inserted:
+            ranks.say_inserted("backstep", template, here)
         self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
         self.recorder = JsonlRecorder(self.stream)
         self.recorder.emit(session_event(list(sys.argv)))

@@ -29,10 +29,12 @@ OutputCallback = Callable[[str, str], Any]  # (text, "stdout" | "stderr")
 
 
 def debuggee_command(script: str, script_args: list[str], *, source: bool = True,
-                     module: str | None = None) -> list[str]:
-    """The child's argv, as the contract with the debuggee fixes it."""
+                     module: str | None = None, as_module: bool = False) -> list[str]:
+    """The child's argv, as the contract with the debuggee fixes it (``as_module``: ``script``
+    is a module name, run as ``python -m`` runs it)."""
     return [sys.executable, "-m", module or DEBUGGEE_MODULE,
-            *([] if source else ["--no-source"]), "--", script, *script_args]
+            *([] if source else ["--no-source"]), *(["--module"] if as_module else []),
+            "--", script, *script_args]
 
 
 class Debuggee:

@@ -114,6 +114,16 @@ class SessionModel:
         )
         return replace(self._snap, session=info, running=True)
 
+    def _on_process_group(self, ev: Mapping[str, Any]) -> Snapshot:
+        session = self._snap.session or SessionInfo(version=None, torch=None, argv=(), pid=None)
+        timeout = ev.get("timeout")
+        info = replace(
+            session,
+            process_group=f"{ev.get('backend')} ({int(ev['world_size'])} ranks)",
+            collective_timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
+        )
+        return replace(self._snap, session=info)
+
     def _on_pass_begin(self, ev: Mapping[str, Any]) -> Snapshot:
         view = PassView(
             number=int(ev["pass"]),

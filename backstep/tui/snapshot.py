@@ -52,6 +52,8 @@ class SessionInfo:
     torch: str | None
     argv: tuple[str, ...]
     pid: int | None
+    process_group: str | None = None  # "gloo (2 ranks)" once the script's group is up
+    collective_timeout: float | None = None  # seconds, as the group says
 
 
 @dataclass(frozen=True)

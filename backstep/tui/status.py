@@ -50,6 +50,10 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
         # the node's name before the detail: on a narrow terminal the line is cut at the right
         text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        if snapshot.session is not None and snapshot.session.process_group:
+            # before the detail: the other ranks wait on this stop, and a line is cut at the right
+            text.append(group_note(snapshot.session.process_group,
+                                   snapshot.session.collective_timeout), style="yellow")
         if stop.detail:
             text.append(f" ({stop.detail})", style="yellow")
         if stop.thread is not None:
@@ -82,6 +86,17 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         text.append(f" {key}", style="bold cyan")
         text.append(f" {what}", style="dim")
     return text
+
+
+def group_note(group: str, timeout: float | None) -> str:
+    """A stop holds up the other ranks: their collectives give up after the group's timeout."""
+    if timeout is None:
+        after = "the group's timeout"
+    elif timeout >= 120 and timeout % 60 == 0:
+        after = f"{timeout / 60:g} min"
+    else:
+        after = f"{timeout:g} s"
+    return f"  under {group}: collectives time out after {after}"
 
 
 def live_passes(snapshot: Snapshot, width: int = 0) -> str:
