@@ -23,6 +23,9 @@ Events (DESIGN.md names the first five; do not rename them):
   diagnosis   pass, kind, message, node, source
   tensor      req, ... the answer to a ``tensor`` command
   input       the script is about to wait on its stdin (the console offers an input line)
+  output      stream ("stdout" | "stderr"), text, truncated (optional, True at the trace's
+              output cap): what the script printed, whole lines, in order with the pass events
+              (``backstep trace`` only; the live UI reads the script's pipes instead)
   exit        code: the script ended (normally, by sys.exit, or by an uncaught exception)
   error       message, req: a command could not be served
 
@@ -61,6 +64,7 @@ EVENTS = frozenset(
         "tensor",
         "waiting",
         "input",
+        "output",
         "exit",
         "error",
     }

@@ -16,12 +16,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backstep.traces.index import Pass, TraceIndex
+from backstep.traces.index import KINDS, Pass, TraceIndex
 from backstep.tui.model import SessionModel, _saved
 from backstep.tui.snapshot import Snapshot, Stop, _summaries
 from backstep.tui.snapshot import number as number_of
 
 CARRY_EVERY = 32
+NODE_CODE = KINDS.index("node")
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Replay:
         self._carried: dict[int, Carry] = {}
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
+        self._node_starts: tuple[int | None, list[int]] = (None, [])  # of one pass, in order
 
     def _all(self) -> None:
         """Index the rest of the file now (a move past what a partial index has seen)."""
@@ -174,6 +176,28 @@ class Replay:
                 self._carried[last] = carry
         self._carried[earlier[-1]] = carry
         return carry
+
+    def offset(self) -> int:
+        """Where in the file the cursor is: the script's output before it was printed before
+        the node shown (or, at a pass's end, before the next pass began)."""
+        pos = self.position
+        if pos is None:
+            return 0
+        passes = self.index.passes
+        lines = passes[pos.number]
+        k = pos.k + 1 if pos.after else pos.k
+        if self._node_starts[0] != pos.number:
+            self._node_starts = (pos.number, [
+                start for start, code in zip(lines.starts, lines.kinds, strict=True)
+                if code == NODE_CODE])
+        nodes = self._node_starts[1]
+        if k < len(nodes):
+            return nodes[k]
+        end = lines.ends[-1] if len(lines.ends) else 0
+        later = [passes[n].starts[0] for n in self.numbers if n > pos.number]
+        if not later:
+            return self.index.size() if self.index.done else end
+        return max(end, later[0])
 
     def snapshot(self) -> Snapshot:
         self._seq += 1
