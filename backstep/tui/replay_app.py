@@ -140,7 +140,8 @@ class ReplayApp(BackstepApp):
 
     def on_mount(self) -> None:
         if self.against is not None:
-            self.query_one(GradientsPanel).against = self.against.node
+            panel = self.query_one(GradientsPanel)
+            panel.against, panel.reason = self.against.node, self.against.reason
         super().on_mount()
         self._post()
         if self.replay.index.done:
