@@ -251,6 +251,17 @@ class SessionModel:
             snap = replace(snap, stop=None)
         return self._with_live(snap)
 
+    def restore_leaves(self, counts: Mapping[str, int], after: Mapping[str, Any]) -> None:
+        """Start where earlier passes left the leaves (a replay opening a later pass): how many
+        passes accumulated into each since it was zeroed, and its last ``after`` summary."""
+        self._zeroed_counts.update(counts)
+        for leaf, summary in after.items():
+            norm = number(summary.get("norm")) if isinstance(summary, dict) else None
+            if norm is not None:
+                self._leaf_norms[leaf] = norm
+        self._snap = replace(self._snap, leaf_norms=MappingProxyType(dict(self._leaf_norms)),
+                             seq=self._snap.seq + 1)
+
     def _keep(self, view: PassView) -> None:
         """Remember an ended pass for review, dropping the oldest beyond ``review_cap``."""
         kept = self._kept
