@@ -40,7 +40,7 @@ from backstep.tui.snapshot import (
 
 # ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
 # node records and accumulations in all, the oldest pass dropped first
-REVIEW_EVENTS = 50_000
+REVIEW_EVENTS = 20_000
 
 
 def _saved(value: Any) -> tuple[SavedInfo, ...]:

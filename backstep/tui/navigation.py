@@ -77,6 +77,8 @@ class Navigation(_App):
             self._review_back(whole_pass=True)
         elif self.review is not None:
             self._review_to(review.forward(self.snapshot, self._ended(), self.review, True))
+        else:
+            self.notify("at the live stop: p or [ looks back", timeout=2)
 
     def _review_back(self, whole_pass: bool) -> None:
         cursor = review.back(self.snapshot, self._ended(), self.review, whole_pass)
@@ -84,7 +86,7 @@ class Navigation(_App):
             dropped = self.reader.model.dropped
             self.notify(f"the earliest recorded node: {dropped} older pass(es) were dropped "
                         f"(review keeps {self.reader.model.review_cap:,} events)" if dropped
-                        else "start of the session", timeout=3)
+                        else "the earliest recorded node of this session", timeout=3)
             return
         self._review_to(cursor)
 
