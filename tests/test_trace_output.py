@@ -128,3 +128,13 @@ async def test_show_plays_the_output_up_to_the_step_shown(traced) -> None:
             await pilot.pause()
             text = console(app)
             assert "epoch 1 done" in text and "partial line" in text and "x" * 10 in text
+
+
+def test_a_line_that_never_ends_is_recorded_in_pieces() -> None:
+    from backstep.traces.output import PARTIAL
+
+    events: list[dict] = []
+    tee = Tee(io.StringIO(), "stderr", events.append, _Budget(10 * PARTIAL))
+    for _ in range(3 * PARTIAL // 100):
+        tee.write("\r" + "#" * 99)  # a progress bar that never flushes nor ends its line
+    assert len(events) == 2 and all(len(e["text"]) >= PARTIAL for e in events)

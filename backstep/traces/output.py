@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 LIMIT = 1 << 20  # characters of output recorded per trace
+PARTIAL = 1 << 14  # a line is recorded in pieces of this many characters until it ends
 
 
 class _Budget:
@@ -72,6 +73,9 @@ class Tee:
                 return
             self._pending.append(text)
             if "\n" not in text:
+                if sum(map(len, self._pending)) >= PARTIAL:  # a long line without an end
+                    joined, self._pending = "".join(self._pending), []
+                    self._send(joined)
                 return
             joined = "".join(self._pending)
             cut = joined.rindex("\n") + 1
