@@ -251,14 +251,11 @@ class SessionModel:
             snap = replace(snap, stop=None)
         return self._with_live(snap)
 
-    def restore_leaves(self, counts: Mapping[str, int], after: Mapping[str, Any]) -> None:
+    def restore_leaves(self, counts: Mapping[str, int], norms: Mapping[str, float]) -> None:
         """Start where earlier passes left the leaves (a replay opening a later pass): how many
-        passes accumulated into each since it was zeroed, and its last ``after`` summary."""
+        passes accumulated into each since it was zeroed, and its latest ``.grad`` norm."""
         self._zeroed_counts.update(counts)
-        for leaf, summary in after.items():
-            norm = number(summary.get("norm")) if isinstance(summary, dict) else None
-            if norm is not None:
-                self._leaf_norms[leaf] = norm
+        self._leaf_norms.update(norms)
         self._snap = replace(self._snap, leaf_norms=MappingProxyType(dict(self._leaf_norms)),
                              seq=self._snap.seq + 1)
 

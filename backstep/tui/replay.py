@@ -362,15 +362,16 @@ def _beyond(here: Position, pos: Position, direction: int) -> bool:
 
 @dataclass(frozen=True)
 class Carry:
-    """What the model keeps from earlier passes: each leaf's last accumulation and how many
-    passes have accumulated into it since it was zeroed, and the diagnoses so far."""
+    """What the model keeps from earlier passes: how many passes have accumulated into each
+    leaf since it was zeroed and its latest ``.grad`` norm (numbers only: a remembered carry
+    holds no events), and the diagnoses so far."""
 
     number: int = 0
-    leaves: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    leaves: tuple[tuple[str, int, float | None], ...] = ()
     diagnoses: tuple[dict[str, Any], ...] = ()
 
     def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
-        leaves = {leaf: (count, event) for leaf, count, event in self.leaves}
+        leaves = {leaf: (count, norm) for leaf, count, norm in self.leaves}
         diagnoses = list(self.diagnoses)
         for event in events:
             if event.get("event") == "diagnosis":
@@ -379,17 +380,18 @@ class Carry:
             leaf = event.get("leaf")
             if not isinstance(leaf, str):
                 continue
-            before = event.get("before")
+            before, after = event.get("before"), event.get("after")
             zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
-            count = 1 if zeroed else leaves.get(leaf, (1, None))[0] + 1
-            leaves[leaf] = (count, event)
-        return Carry(number, tuple((k, c, e) for k, (c, e) in leaves.items()), tuple(diagnoses))
+            last = leaves.get(leaf, (1, None))
+            norm = number_of(after.get("norm")) if isinstance(after, dict) else None
+            leaves[leaf] = (1 if zeroed else last[0] + 1, last[1] if norm is None else norm)
+        return Carry(number, tuple((k, c, n) for k, (c, n) in leaves.items()), tuple(diagnoses))
 
     def feed(self, model: SessionModel) -> None:
         """Bring a fresh model to where it was after pass ``number``: each leaf's count of
         passes since it was zeroed and its latest norm, and the diagnoses so far."""
         if self.leaves:
             model.restore_leaves({leaf: count for leaf, count, _ in self.leaves},
-                                 {leaf: event.get("after") for leaf, _, event in self.leaves})
+                                 {leaf: norm for leaf, _, norm in self.leaves if norm is not None})
         for event in self.diagnoses:
             model.apply(event)
