@@ -28,6 +28,9 @@ Events (DESIGN.md names the first five; do not rename them):
   diagnosis   pass, kind, message, node, source
   tensor      req, ... the answer to a ``tensor`` command
   input       the script is about to wait on its stdin (the console offers an input line)
+  output      stream ("stdout" | "stderr"), text, truncated (optional, True at the trace's
+              output cap): what the script printed, whole lines, in order with the pass events
+              (``backstep trace`` only; the live UI reads the script's pipes instead)
   exit        code: the script ended (normally, by sys.exit, or by an uncaught exception)
   error       message, req: a command could not be served
 
@@ -67,7 +70,7 @@ EVENTS = frozenset(
         "tensor",
         "waiting",
         "input",
-        "output",  # a copy of the script's print output, for a remote UI (remote_output)
+        "output",  # the script's prints: in a trace (traces/output), to a remote UI (remote_output)
         "challenge",  # the remote UI's handshake (process/auth)
         "welcome",
         "exit",

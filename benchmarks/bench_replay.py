@@ -6,8 +6,9 @@ block's weight accumulating) into a temporary directory until it is ``--size-mb`
 the real replay app headless (Textual's ``run_test``) at 140x42:
 
 - first frame: from opening the file (index scan) to the first stop fully rendered;
-- keys: n (step), p (step back), ] (next pass: read and parse a whole pass) and g to the last
-  pass (which also folds every earlier pass's leaf accumulations), each to panels updated;
+- keys: n (step), p (step back), ] (next pass: its graph, and the leaves carried from the one
+  before; its other lines are parsed as the cursor reaches them) and g to the last pass (which
+  also folds every earlier pass's leaf accumulations), each to panels updated;
 - memory: peak traced Python memory while doing all that, against one pass's size on disk and
   one pass's events parsed (the file itself is memory-mapped, not read in).
 

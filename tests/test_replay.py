@@ -170,3 +170,24 @@ def test_traces_of_every_kind_replay_end_to_end(tmp_path: Path, options: tuple[s
         while replay.step(-1):
             pass
         assert replay.position == Position(index.numbers()[0], 0)
+
+
+def test_a_pass_is_parsed_only_as_far_as_the_cursor_went(run) -> None:
+    _, trace = run
+    with TraceIndex(trace) as index:
+        parsed: list[int] = []
+        real = index.event_at
+
+        def counting(start: int, end: int) -> dict[str, Any] | None:
+            parsed.append(start)
+            return real(start, end)
+
+        index.event_at = counting  # type: ignore[method-assign]
+        replay = Replay(index)
+        replay.snapshot()
+        first = index.passes[index.numbers()[0]]
+        assert parsed == list(first.starts[:2])  # its pass_begin and its first node, no more
+        replay.step(1)
+        replay.snapshot()
+        assert parsed == list(first.starts[:3])
+        assert len(first.starts) > 6  # the rest of the pass was never read

@@ -68,3 +68,72 @@ async def test_p_reviews_back_and_n_returns_to_the_live_stop() -> None:
         await pilot.press("n")
         await pilot.pause()
         assert link.sent == [{"cmd": "step"}]
+
+
+def two_passes() -> list[dict]:
+    """The example run twice: pass 1 ends, pass 2 stops at each node."""
+    first = [e for e in example_events() if e["event"] != "exit"]
+    second = [{**e, "pass": 2} if "pass" in e else e
+              for e in example_events() if e["event"] not in ("session",)]
+    return first + second
+
+
+@pilot
+async def test_p_steps_back_into_the_ended_pass_and_n_returns() -> None:
+    link = RecordingLink(two_passes(), stop=7)  # pass 2, before its second node
+    app = BackstepApp(link)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert " pass 2 " in text and "step 2 of 5" in text
+        await pilot.press("p", "p")
+        await pilot.pause()
+        text = screen_text(app)
+        assert " review " in text and " pass 1 " in text and "step 5 of 5" in text
+        assert "before AccumulateGrad #" in text
+        await pilot.press("p", "p", "p", "p")
+        await pilot.pause()
+        assert "step 1 of 5" in screen_text(app) and " pass 1 " in screen_text(app)
+        await pilot.press("p")  # nothing before pass 1: stays
+        await pilot.pause()
+        assert "step 1 of 5" in screen_text(app)
+        await pilot.press("right_square_bracket")  # ] the start of the next pass
+        await pilot.pause()
+        text = screen_text(app)
+        assert " pass 2 " in text and "step 1 of 5" in text and " review " in text
+        await pilot.press("left_square_bracket", "left_square_bracket")  # [ pass 1's start
+        await pilot.pause()
+        assert " pass 1 " in screen_text(app)
+        await pilot.press(*["n"] * 6)  # pass 1's five nodes, pass 2's first: the live stop
+        await pilot.pause()
+        text = screen_text(app)
+        assert " review " not in text and " pass 2 " in text and "step 2 of 5" in text
+        assert link.sent == []
+
+
+@pilot
+async def test_review_says_when_older_passes_were_dropped_at_the_cap() -> None:
+    events = two_passes()
+    third = [{**e, "pass": 3} for e in events if e.get("pass") == 2]
+    link = RecordingLink([*events, *third], stop=11)  # pass 3, its first node
+    app = BackstepApp(link)
+    app.reader.model.review_cap = 8  # one ended pass (5 nodes + 2 accumulations) fits
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.reader.model.dropped == 1 and [v.number for v in app._ended()] == [2]
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        text = screen_text(app)
+        assert " pass 2 " in text and "oldest kept pass: 1 earlier dropped" in text
+        await pilot.press("p")
+        await pilot.pause()
+        assert " pass 2 " in screen_text(app) and "step 1 of 5" in screen_text(app)
+
+
+def test_the_model_keeps_ended_passes_up_to_the_cap() -> None:
+    model = SessionModel()
+    model.review_cap = 8
+    for event in two_passes():
+        model.apply(event)
+    assert [v.number for v in model.ended] == [2] and model.dropped == 1
+    assert [len(v.executed()) for v in model.ended] == [5]

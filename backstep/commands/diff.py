@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
+
+from backstep.traces.report import finding_lines, num
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,14 +23,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("a", metavar="A.jsonl", help="the first trace (e.g. the reference)")
     parser.add_argument("b", metavar="B.jsonl", help="the second trace")
+    add_tolerance_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.set_defaults(handler=main)
+
+
+def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
+    """--rtol / --atol, for ``diff`` and ``show --against`` alike."""
     parser.add_argument("--rtol", type=float, default=None,
                         help="relative tolerance (default by dtype: float32 1e-5, float64 1e-7, "
                         "float16 1e-3, bfloat16 1.6e-2)")
     parser.add_argument("--atol", type=float, default=None,
                         help="absolute tolerance (default by dtype: float32 1e-7, float64 1e-12, "
                         "half types 1e-5)")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,31 +55,10 @@ def main(args: argparse.Namespace) -> int:
     return 0 if report["same"] else 1
 
 
-def _where(finding: dict[str, Any]) -> str:
-    parts = []
-    if finding.get("pass") is not None:
-        parts.append(f"pass {finding['pass']}")
-    if finding.get("step") is not None:
-        parts.append(f"step {finding['step']}")
-    return ", ".join(parts)
-
-
-def _source(finding: dict[str, Any]) -> str:
-    source = finding.get("source")
-    if not source:
-        return "forward line not recorded"
-    return f"{os.path.basename(source.get('file') or '?')}:{source.get('line')}  " \
-           f"{(source.get('code') or '').strip()}"
-
-
-def _num(x: Any) -> str:
-    return f"{x:.6g}" if isinstance(x, float) else str(x)
-
-
 def _norms(values: list | None) -> str:
     if values is None:
         return "-"
-    return ", ".join("None" if v is None else _num(v) for v in values) or "(none)"
+    return ", ".join("None" if v is None else num(v) for v in values) or "(none)"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -84,28 +69,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"no difference ({report['passes'][0]} pass(es) compared)")
         return "\n".join(lines)
     found = report["difference"]
-    head = "structural difference" if found["kind"] == "structure" else "difference born"
-    where = _where(found)
-    lines.append(f"{head}{' at ' + where if where else ''}: {found['what']}")
-    if found.get("node"):
-        lines.append(f"  node     {found['node']}   module {found.get('module') or '-'}")
-        lines.append(f"  forward  {_source(found)}")
-    for detail in found.get("details") or []:
-        lines.append(f"  differs  {detail}")
-    if found.get("hint"):
-        lines.append(f"  so       {found['hint']}")
-    for side in found.get("sides") or []:
-        for label in ("a", "b"):
-            s = side[label]
-            text = "None" if s is None else (
-                f"shape {s['shape']} {s['dtype']}  norm {_num(s['norm'])}  min {_num(s['min'])}"
-                f"  max {_num(s['max'])}  mean {_num(s['mean'])}")
-            lines.append(f"  {side['slot']:<16} {label.upper()}: {text}")
-    cause = report.get("cause")
-    if cause and (cause.get("step"), cause.get("pass")) != (found.get("step"), found.get("pass")):
-        lines.append(f"cause: saved tensors differ earlier at {_where(cause)}: {cause['node']} "
-                     f"({_source(cause)})")
-        lines += [f"  differs  {d}" for d in cause.get("details") or []]
+    lines += finding_lines(found, report.get("cause"))
     if report["context"]:
         lines.append("context (outgoing gradient norms, A | B):")
         for row in report["context"]:

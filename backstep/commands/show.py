@@ -11,6 +11,7 @@ import contextlib
 import sys
 
 from backstep import protocol
+from backstep.commands.diff import add_tolerance_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--against", metavar="B.jsonl",
                         help="another trace of the same program: open where A first differs from "
                         "B (as `backstep diff` finds it) and show B's gradients beside A's")
+    add_tolerance_arguments(parser)  # as `backstep diff` compares, for --against
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="c does not stop at the first node of every pass")
     parser.set_defaults(handler=main)
@@ -64,10 +66,12 @@ def main(args: argparse.Namespace) -> int:
         if not index.numbers():
             print(f"backstep show: {args.trace} has no backward pass to show", file=sys.stderr)
             return 2
+        from backstep.traces.diff import Tolerance
         from backstep.tui.against import Against
         from backstep.tui.replay_app import ReplayApp
 
-        against = Against(index, against_index) if against_index is not None else None
+        against = (Against(index, against_index, Tolerance(args.rtol, args.atol))
+                   if against_index is not None else None)
         app = ReplayApp(index, breakpoints=breakpoints,
                         stop_at_pass_start=not args.no_stop_at_start, note=note, against=against)
         code = app.run()

@@ -81,8 +81,11 @@ def main(args: argparse.Namespace) -> int:
         recorders.append(JsonlRecorder(child_stream))
         return recorders[-1]
 
+    from backstep.traces.output import recording
+
     session = Session(recorder, source=not args.no_source, on_fork=on_fork)
-    with session:
+    # the script's prints go to the trace too (a forked child's to its own file, if any)
+    with session, recording(lambda event: recorders[-1].emit(event)):
         if args.module is not None:
             code = run_module(args.module, args.args, on_exit=session.exit)
         else:

@@ -14,6 +14,7 @@ installed.
 
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 import os
@@ -84,6 +85,10 @@ class TraceIndex:
         self._pos = 0
         self._first = True
         self._numbers: list[int] = []
+        # the script's output (``output`` events, no pass): where each line is, in file order
+        self.output_starts = array("q")
+        self.output_ends = array("q")
+        self._output_texts: list[tuple[str, str]] = []  # parsed so far, in order
         self.done = False
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
@@ -153,6 +158,9 @@ class TraceIndex:
                 self._check_version()
             elif kind == "exit":
                 self.exit = self._parse(start, end)
+            elif kind == "output":
+                self.output_starts.append(start)
+                self.output_ends.append(end)
             start = end
         self._pos, self._first = start, first
         self._numbers = sorted(self.passes)
@@ -247,6 +255,29 @@ class TraceIndex:
                 end_event = event
             events.append(event)
         return Pass(number, begin, events, end_event)
+
+    def event_at(self, start: int, end: int) -> dict[str, Any] | None:
+        """The event on the line at these byte offsets (None when it cannot be read)."""
+        return self._parse(start, end)
+
+    def outputs_before(self, offset: int) -> int:
+        """How many ``output`` events start before byte ``offset`` of the file."""
+        return bisect.bisect_left(self.output_starts, offset)
+
+    def output(self, count: int) -> list[tuple[str, str]]:
+        """The first ``count`` output events as (stream, text), parsed once and kept (a trace
+        records a bounded amount of output)."""
+        texts = self._output_texts
+        for i in range(len(texts), min(count, len(self.output_starts))):
+            event = self._parse(self.output_starts[i], self.output_ends[i]) or {}
+            text = event.get("text")
+            texts.append((str(event.get("stream") or "stdout"),
+                          (text if isinstance(text, str) else "")
+                          + ("\n[output truncated]\n" if event.get("truncated") else "")))
+        return texts[:count]
+
+    def size(self) -> int:
+        return len(self._map)
 
     def note(self) -> str | None:
         """What is wrong with the file, in one line, or None when nothing is."""

@@ -34,7 +34,7 @@ from backstep.tui.modules import ModulePanel
 from backstep.tui.narration_panel import Narration, NarrationPanel
 from backstep.tui.navigation import Navigation
 from backstep.tui.reader import Reader
-from backstep.tui.review import review_at
+from backstep.tui.review import Cursor, forward, review_cursor
 from backstep.tui.saved import SavedPanel
 from backstep.tui.search import SearchBar
 from backstep.tui.snapshot import Snapshot
@@ -69,6 +69,8 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
     BINDINGS = [
         Binding("n", "step", "step"),
         Binding("p", "review", "step back"),
+        Binding("left_square_bracket", "review_pass(-1)", "review: pass start", show=False),
+        Binding("right_square_bracket", "review_pass(1)", "review: next pass", show=False),
         Binding("c", "resume('continue')", "continue"),
         Binding("f", "resume('finish')", "finish"),
         Binding("b", "toggle_break", "break"),
@@ -118,14 +120,14 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
         # a diagnosis came into view since the last key that resumed the script: a stop that
         # follows it (the engine diagnoses a node as it runs) must not take its selection away
         self._diagnosis_new = False
-        self.review: int | None = None  # p: the executed node (0-based) looked back at
+        self.review: Cursor | None = None  # p: the recorded node looked back at
         self.searching: str | None = None  # the query while n / N browse the matches
 
     @property
     def shown(self) -> Snapshot:
         """What the panels draw: the live snapshot, or an earlier step of it under review."""
         if self.review is not None:
-            past = review_at(self.snapshot, self.review)
+            past = review_cursor(self.snapshot, self._ended(), self.review)
             if past is not None:
                 return past
         return self.snapshot
@@ -316,7 +318,7 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
     def _refresh_status(self) -> None:
         self.query_one(StatusLine).show(self.shown, waiting=self.waiting, gone=self.gone,
                                         breakpoints=len(self.breakpoints),
-                                        review=self.review is not None)
+                                        review=self.review_note() or self.review is not None)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -339,7 +341,7 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
             self.action_search_step(1)
             return
         if self.review is not None:  # reviewing: n walks forward to the live stop
-            self._review_to(self.review + 1)
+            self._review_to(forward(self.snapshot, self._ended(), self.review))
             return
         self.action_resume("step")
 

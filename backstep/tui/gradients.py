@@ -42,6 +42,8 @@ class GradientsPanel(OptionList):
         # ``backstep show --against B``: (pass, node) -> B's aligned node event, or None
         self.against: Callable[[int, int], dict[str, Any] | None] | None = None
         self._other: dict[str, Any] | None = None
+        # ... and, at the node where A first differs from B, the diff's finding in full
+        self.reason: Callable[[int, int], list[str] | None] | None = None
 
     def show(self, focus: Focus) -> None:
         self._focus = focus
@@ -68,6 +70,12 @@ class GradientsPanel(OptionList):
             if focus.info.module:
                 where.append(f" in {focus.info.module}", style="cyan")
             options.append(Option(where, disabled=True))
+        reason = (self.reason(view.number, focus.node)
+                  if self.reason is not None and view is not None and focus.node is not None
+                  else None)
+        for line in reason or ():
+            options.append(Option(Text(line, style="red" if line[:1] != " " else "yellow"),
+                                  disabled=True))
         options.append(Option(Text("incoming  (grad_outputs)", style="bold"), disabled=True))
         if options_b is not None:
             options.append(Option(options_b, disabled=True))

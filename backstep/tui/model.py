@@ -8,6 +8,7 @@ of each log it may see, so making one costs O(1) even on a 10,000-node graph.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -36,6 +37,10 @@ from backstep.tui.snapshot import (
     _tuple,
     number,
 )
+
+# ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
+# node records and accumulations in all, the oldest pass dropped first
+REVIEW_EVENTS = 20_000
 
 
 def _saved(value: Any) -> tuple[SavedInfo, ...]:
@@ -86,6 +91,13 @@ class SessionModel:
         # every pass that began and has not ended (and the shown one): several passes can run
         # at once, each on its own thread, and each keeps its own log
         self._views: dict[int, PassView] = {}
+        # ended passes, oldest first, for stepping back (read by the UI thread: one tuple,
+        # swapped whole); ``dropped`` counts the passes let go at the cap
+        self.ended: tuple[PassView, ...] = ()
+        self.dropped = 0
+        self._kept: deque[PassView] = deque()
+        self._kept_events = 0
+        self.review_cap = REVIEW_EVENTS
 
     def snapshot(self) -> Snapshot:
         return self._snap
@@ -233,7 +245,7 @@ class SessionModel:
 
     def _on_pass_end(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
-        if view is None:
+        if view is None or view.ended:
             return None
         skipped = frozenset(i for i in _tuple(ev.get("skipped")) if isinstance(i, int))
         ended = replace(
@@ -243,10 +255,30 @@ class SessionModel:
             error=str(ev["error"]) if ev.get("error") else None,
             skipped=skipped,
         )
+        self._keep(ended)
         snap = self._update(ended)
         if snap.stop is not None and snap.stop.pass_ == ended.number:
             snap = replace(snap, stop=None)
         return self._with_live(snap)
+
+    def restore_leaves(self, counts: Mapping[str, int], norms: Mapping[str, float]) -> None:
+        """Start where earlier passes left the leaves (a replay opening a later pass): how many
+        passes accumulated into each since it was zeroed, and its latest ``.grad`` norm."""
+        self._zeroed_counts.update(counts)
+        self._leaf_norms.update(norms)
+        self._snap = replace(self._snap, leaf_norms=MappingProxyType(dict(self._leaf_norms)),
+                             seq=self._snap.seq + 1)
+
+    def _keep(self, view: PassView) -> None:
+        """Remember an ended pass for review, dropping the oldest beyond ``review_cap``."""
+        kept = self._kept
+        kept.append(view)
+        self._kept_events += view.done + view.accumulated
+        while len(kept) > 1 and self._kept_events > self.review_cap:
+            old = kept.popleft()
+            self._kept_events -= old.done + old.accumulated
+            self.dropped += 1
+        self.ended = tuple(kept)
 
     def _on_stopped(self, ev: Mapping[str, Any]) -> Snapshot:
         stop = Stop(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from backstep.tui import review
 from backstep.tui.diagnosis import DiagnosisBanner
 from backstep.tui.flow import FlowScreen
 from backstep.tui.graph import GraphPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.modules import ModulePanel
 from backstep.tui.search import SearchBar, matches, pick
-from backstep.tui.snapshot import Diagnosis
+from backstep.tui.snapshot import Diagnosis, PassView
 
 if TYPE_CHECKING:  # the mixin's self is the app; at run time it is a plain mixin
     from backstep.tui.app import BackstepApp
@@ -65,19 +66,47 @@ class Navigation(_App):
             self._refresh_details()
 
     def action_review(self) -> None:
-        """p: the node before, as it was shown then (from what was recorded; nothing re-runs)."""
-        view = self.snapshot.pass_
-        k = (self.review if self.review is not None else
-             len(view.executed()) if view is not None else 0) - 1
-        if k < 0:
-            self.notify("start of this pass (earlier passes: backstep trace, then backstep show)",
-                        timeout=3)
-            return
-        self._review_to(k)
+        """p: the node before, as it was shown then, into earlier passes too (from what was
+        recorded; nothing re-runs)."""
+        self._review_back(whole_pass=False)
 
-    def _review_to(self, k: int) -> None:
-        view = self.snapshot.pass_
-        self.review = k if view is not None and k < len(view.executed()) else None
+    def action_review_pass(self, delta: int) -> None:
+        """[ / ]: the start of this or the previous pass / of the next pass (or the live stop),
+        under review."""
+        if delta < 0:
+            self._review_back(whole_pass=True)
+        elif self.review is not None:
+            self._review_to(review.forward(self.snapshot, self._ended(), self.review, True))
+        else:
+            self.notify("at the live stop: p or [ looks back", timeout=2)
+
+    def _review_back(self, whole_pass: bool) -> None:
+        cursor = review.back(self.snapshot, self._ended(), self.review, whole_pass)
+        if cursor is None:
+            dropped = self.reader.model.dropped
+            self.notify(f"the earliest recorded node: {dropped} older pass(es) were dropped "
+                        f"(review keeps {self.reader.model.review_cap:,} events)" if dropped
+                        else "the earliest recorded node of this session", timeout=3)
+            return
+        self._review_to(cursor)
+
+    def _ended(self) -> tuple[PassView, ...]:
+        """The ended passes the reader's model keeps for review."""
+        return self.reader.model.ended
+
+    def review_note(self) -> str | None:
+        """For the status line: the review is at the oldest kept pass and older ones were
+        dropped at the cap."""
+        dropped = self.reader.model.dropped
+        if self.review is None or not dropped:
+            return None
+        views = review.reviewable(self.snapshot, self._ended())
+        if views and views[0].number == self.review.number:
+            return f"oldest kept pass: {dropped} earlier dropped"
+        return None
+
+    def _review_to(self, cursor: review.Cursor | None) -> None:
+        self.review = cursor
         shown = self.shown
         if shown.stop is not None:
             self.selected = shown.stop.id

@@ -5,7 +5,8 @@ the node runs) and then the node's own ``node`` event. A trace holds the node ev
 ``stopped`` event is made from each one (the node's incoming gradients and saved tensors as they
 were before it ran). Feeding that stream into the same ``SessionModel`` the live UI uses gives the
 same snapshots, and since a snapshot only sees a prefix of its pass's append-only log, every
-earlier one stays valid: stepping back is looking one up. One pass is in memory at a time.
+earlier one stays valid: stepping back is looking one up. One pass is in memory at a time, its
+lines parsed only as far as the cursor has gone.
 Stdlib only (no textual, no torch).
 """
 
@@ -16,12 +17,14 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backstep.traces.index import Pass, TraceIndex
+from backstep.traces.index import KINDS, TraceIndex
 from backstep.tui.model import SessionModel, _saved
-from backstep.tui.snapshot import Snapshot, Stop, _summaries
+from backstep.tui.snapshot import Graph, Snapshot, Stop, _summaries
 from backstep.tui.snapshot import number as number_of
 
 CARRY_EVERY = 32
+NODE_CODE = KINDS.index("node")
+BEGIN_CODE = KINDS.index("pass_begin")
 
 
 @dataclass(frozen=True)
@@ -36,40 +39,76 @@ class Position:
 
 
 class PassTimeline:
-    """One pass, fed to a fresh model a node at a time, as far as anyone has looked."""
+    """One pass, fed to a fresh model a node at a time, as far as anyone has looked.
+
+    Lines are parsed as the cursor reaches them, not all at once: opening a pass parses its
+    ``pass_begin`` only, so a pass of thousands of nodes opens at once and holds no more than
+    the model has been shown."""
 
     def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
-        self.pass_: Pass = index.read(number)
-        self.nodes = {n["id"]: n for n in self.pass_.nodes}
-        self.steps = self.pass_.steps
-        self.count = len(self.steps)
+        self.index = index
+        lines = index.passes[number]
+        self._lines = lines
+        begin: dict[str, Any] = {}
+        if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE:
+            begin = index.event_at(lines.starts[0], lines.ends[0]) or {}
+        self._node_lines = [i for i, code in enumerate(lines.kinds) if code == NODE_CODE]
+        self.count = len(self._node_lines)
+        self.thread = begin.get("thread")
         self.model = SessionModel()
         if index.session is not None:
             self.model.apply(index.session)
         carried.feed(self.model)
-        self.model.apply(self.pass_.begin)
-        self._events = iter(self.pass_.events)
+        # the model's graph is the pass's node table from here on: the parsed line is let go
+        self.model.apply({**begin, "event": "pass_begin", "pass": number})
+        view = self.model.snapshot().pass_
+        self.graph = view.graph if view is not None else Graph.build([], [])
+        self._next = 1 if begin else 0  # the next line to feed
         self._snaps: list[Snapshot] = []  # before node k
         self._end: Snapshot | None = None
         self._pending: dict[str, Any] | None = None  # the node event to apply after its stop
+        self._parsed: tuple[int, dict[str, Any]] | None = None  # the last step parsed
 
-    def _stop_event(self, k: int, reason: str) -> dict[str, Any]:
-        event = self.steps[k]
+    def step(self, k: int) -> dict[str, Any]:
+        """The ``node`` event of the ``k``-th node run (0-based), parsed from its line."""
+        if self._parsed is not None and self._parsed[0] == k:
+            return self._parsed[1]
+        i = self._node_lines[k]
+        event = self._line(i)
+        self._parsed = (k, event)
+        return event
+
+    def _line(self, i: int) -> dict[str, Any]:
+        lines = self._lines
+        event = self.index.event_at(lines.starts[i], lines.ends[i])
+        if event is None and lines.kinds[i] == NODE_CODE:  # unreadable: keep its place
+            event = {"event": "node", "pass": self.number, "id": -1 - i,
+                     "name": "(unreadable line)", "grad_outputs": None, "grad_inputs": None,
+                     "saved": [], "error": "this line of the trace could not be read"}
+        return event or {}
+
+    def _stop_event(self, k: int, event: dict[str, Any], reason: str) -> dict[str, Any]:
         return {"event": "stopped", "pass": self.number, "step": event.get("step") or k + 1,
                 "id": event["id"], "name": event.get("name"), "reason": reason, "detail": None,
                 "grad_outputs": event.get("grad_outputs"), "saved": event.get("saved"),
-                "stop": k + 1, "thread": self.pass_.begin.get("thread")}
+                "stop": k + 1, "thread": self.thread}
 
     def _advance(self) -> None:
         """Feed events until one more stop (or the end) has a snapshot."""
         if self._pending is not None:
             self.model.apply(self._pending)
             self._pending = None
-        for event in self._events:
-            if event.get("event") == "node":
+        kinds = self._lines.kinds
+        while self._next < len(kinds):
+            i = self._next
+            self._next += 1
+            if kinds[i] == BEGIN_CODE:
+                continue
+            event = self._line(i)
+            if kinds[i] == NODE_CODE:
                 k = len(self._snaps)
-                self.model.apply(self._stop_event(k, "pass_start" if k == 0 else "step"))
+                self.model.apply(self._stop_event(k, event, "pass_start" if k == 0 else "step"))
                 self._snaps.append(self.model.snapshot())
                 self._pending = event
                 return
@@ -87,12 +126,12 @@ class PassTimeline:
     def stop_after(self, k: int, reason: str, detail: str | None) -> Snapshot:
         """Just after node ``k`` ran, stopped by a gradient breakpoint (as live shows it)."""
         snap = self.at(k + 1)
-        event = self.steps[k]
+        event = self.step(k)
         stop = Stop(pass_=self.number, step=event.get("step") or k + 1, id=event["id"],
                     name=str(event.get("name")), reason=reason, detail=detail,
                     grad_outputs=_summaries(event.get("grad_outputs")),
                     saved=_saved(event.get("saved")), after=True, stop=-(k + 1),
-                    thread=self.pass_.begin.get("thread"))
+                    thread=self.thread)
         return replace(snap, stop=stop, running=False)
 
 
@@ -141,6 +180,7 @@ class Replay:
         self._carried: dict[int, Carry] = {}
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
+        self._node_starts: tuple[int | None, list[int]] = (None, [])  # of one pass, in order
 
     def _all(self) -> None:
         """Index the rest of the file now (a move past what a partial index has seen)."""
@@ -174,6 +214,28 @@ class Replay:
                 self._carried[last] = carry
         self._carried[earlier[-1]] = carry
         return carry
+
+    def offset(self) -> int:
+        """Where in the file the cursor is: the script's output before it was printed before
+        the node shown (or, at a pass's end, before the next pass began)."""
+        pos = self.position
+        if pos is None:
+            return 0
+        passes = self.index.passes
+        lines = passes[pos.number]
+        k = pos.k + 1 if pos.after else pos.k
+        if self._node_starts[0] != pos.number:
+            self._node_starts = (pos.number, [
+                start for start, code in zip(lines.starts, lines.kinds, strict=True)
+                if code == NODE_CODE])
+        nodes = self._node_starts[1]
+        if k < len(nodes):
+            return nodes[k]
+        end = lines.ends[-1] if len(lines.ends) else 0
+        later = [passes[n].starts[0] for n in self.numbers if n > pos.number]
+        if not later:
+            return self.index.size() if self.index.done else end
+        return max(end, later[0])
 
     def snapshot(self) -> Snapshot:
         self._seq += 1
@@ -277,10 +339,12 @@ class Replay:
 
     def _trip(self, line: PassTimeline, k: int, after: bool, breakpoints: list[dict[str, Any]],
               stop_at_pass_start: bool) -> tuple[str, str | None] | None:
-        event = line.steps[k]
+        event = line.step(k)
         if after:
             return gradient_trip(breakpoints, event)
-        why = node_trip(breakpoints, line.nodes.get(event["id"], event))
+        info = line.graph.nodes.get(event["id"])
+        why = node_trip(breakpoints, event if info is None else
+                        {"name": info.name, "module": info.module, "leaf": info.leaf})
         if why is not None:
             return "breakpoint", why
         if k == 0 and stop_at_pass_start:
@@ -298,15 +362,16 @@ def _beyond(here: Position, pos: Position, direction: int) -> bool:
 
 @dataclass(frozen=True)
 class Carry:
-    """What the model keeps from earlier passes: each leaf's last accumulation and how many
-    passes have accumulated into it since it was zeroed, and the diagnoses so far."""
+    """What the model keeps from earlier passes: how many passes have accumulated into each
+    leaf since it was zeroed and its latest ``.grad`` norm (numbers only: a remembered carry
+    holds no events), and the diagnoses so far."""
 
     number: int = 0
-    leaves: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    leaves: tuple[tuple[str, int, float | None], ...] = ()
     diagnoses: tuple[dict[str, Any], ...] = ()
 
     def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
-        leaves = {leaf: (count, event) for leaf, count, event in self.leaves}
+        leaves = {leaf: (count, norm) for leaf, count, norm in self.leaves}
         diagnoses = list(self.diagnoses)
         for event in events:
             if event.get("event") == "diagnosis":
@@ -315,21 +380,18 @@ class Carry:
             leaf = event.get("leaf")
             if not isinstance(leaf, str):
                 continue
-            before = event.get("before")
+            before, after = event.get("before"), event.get("after")
             zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
-            count = 1 if zeroed else leaves.get(leaf, (1, None))[0] + 1
-            leaves[leaf] = (count, event)
-        return Carry(number, tuple((k, c, e) for k, (c, e) in leaves.items()), tuple(diagnoses))
+            last = leaves.get(leaf, (1, None))
+            norm = number_of(after.get("norm")) if isinstance(after, dict) else None
+            leaves[leaf] = (1 if zeroed else last[0] + 1, last[1] if norm is None else norm)
+        return Carry(number, tuple((k, c, n) for k, (c, n) in leaves.items()), tuple(diagnoses))
 
     def feed(self, model: SessionModel) -> None:
-        """Bring a fresh model to where it was after pass ``number``."""
+        """Bring a fresh model to where it was after pass ``number``: each leaf's count of
+        passes since it was zeroed and its latest norm, and the diagnoses so far."""
         if self.leaves:
-            model.apply({"event": "pass_begin", "pass": self.number, "nodes": []})
-            for leaf, count, event in self.leaves:
-                # the model counts passes since a leaf was zeroed; it gets the last accumulation
-                # only, so it is told the count before it (the live model reached it one by one)
-                model._zeroed_counts[leaf] = count - 1
-                model.apply({**event, "pass": self.number})
-            model.apply({"event": "pass_end", "pass": self.number, "status": "ok"})
+            model.restore_leaves({leaf: count for leaf, count, _ in self.leaves},
+                                 {leaf: norm for leaf, _, norm in self.leaves if norm is not None})
         for event in self.diagnoses:
             model.apply(event)

@@ -119,6 +119,8 @@ class ReplayApp(BackstepApp):
         self.note = note
         self.title = f"backstep show {index.path}"
         self.against = against
+        self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
+        self._output_shown = 0  # output events in the console: those printed before the cursor
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -138,7 +140,8 @@ class ReplayApp(BackstepApp):
 
     def on_mount(self) -> None:
         if self.against is not None:
-            self.query_one(GradientsPanel).against = self.against.node
+            panel = self.query_one(GradientsPanel)
+            panel.against, panel.reason = self.against.node, self.against.reason
         super().on_mount()
         self._post()
         if self.replay.index.done:
@@ -155,17 +158,40 @@ class ReplayApp(BackstepApp):
     def _indexed(self) -> None:
         """The whole file is indexed: say what it holds, and what is wrong with it."""
         console = self.query_one(ConsolePanel)
-        console.note(f"replaying {self.replay.index.path}: {len(self.replay.numbers)} pass(es)")
+        self._note(f"replaying {self.replay.index.path}: {len(self.replay.numbers)} pass(es)")
         self.note = self.note or self.replay.index.note()
         if self.note:
-            console.note(self.note)
+            self._note(self.note)
             self.notify(self.note, severity="warning", timeout=6)
         exit_event = self.replay.index.exit
         if exit_event is not None and exit_event.get("traceback"):
             console.show_traceback(str(exit_event["traceback"]))
 
+    def _note(self, text: str) -> None:
+        self._notes.append(text)
+        self.query_one(ConsolePanel).note(text)
+
     def _post(self) -> None:
         self.post_message(SnapshotReady(self.replay.snapshot()))
+        self._show_output()
+
+    def _show_output(self) -> None:
+        """The console holds what the script printed before the step shown (when the trace
+        recorded it): written on as the cursor moves on, redrawn when it moves back."""
+        index = self.replay.index
+        count = index.outputs_before(self.replay.offset())
+        if count == self._output_shown:
+            return
+        console = self.query_one(ConsolePanel)
+        start = self._output_shown
+        if count < start:
+            console.log_view.clear()
+            for note in self._notes:
+                console.note(note)
+            start = 0
+        for _stream, text in index.output(count)[start:]:
+            console.write(text)
+        self._output_shown = count
 
     def _moved(self, ok: bool, why: str) -> None:
         if ok:

@@ -21,10 +21,12 @@ HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B"
 
 
 def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
-                breakpoints: int, review: bool = False) -> Text:
+                breakpoints: int, review: bool | str = False) -> Text:
     text = Text()
     if review:  # p looked back: n walks forward again to the live stop
         text.append(" review ", style="bold reverse magenta")
+        if isinstance(review, str):  # e.g. older passes were dropped at the review cap
+            text.append(f" {review} ", style="magenta")
     view = snapshot.pass_
     if view is not None:
         text.append(f" pass {view.number} ", style="bold reverse")
@@ -116,6 +118,6 @@ class StatusLine(Static):
     """One line at the bottom of the screen."""
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
-             breakpoints: int, review: bool = False) -> None:
+             breakpoints: int, review: bool | str = False) -> None:
         self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints,
                                 review=review))
