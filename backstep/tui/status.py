@@ -102,5 +102,6 @@ class StatusLine(Static):
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
              breakpoints: int, review: bool = False) -> None:
+        # one line, always: no layout (a layout pass repaints every scrollbar on screen)
         self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints,
-                                review=review))
+                                review=review), layout=False)
