@@ -29,9 +29,11 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
                 breakpoints: int, review: bool = False, width: int = 0) -> Text:
     """The line; with ``width``, cut to fit: the node's name and "? help" always, the thread
     when there is room, then as many keys as fit, in ``HINTS`` order."""
-    parts: list[tuple[Text, bool]] = []  # (part, optional)
+    # (part, optional): 0 required; 1 while it fits, before the keys; 2 only if room is left
+    # once the keys are in
+    parts: list[tuple[Text, int]] = []
 
-    def add(text: str, style: str = "", optional: bool = False) -> None:
+    def add(text: str, style: str = "", optional: int = 0) -> None:
         parts.append((Text(text, style=style), optional))
 
     if review:  # p looked back: n walks forward again to the live stop
@@ -39,7 +41,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     view = snapshot.pass_
     if view is not None:
         add(f" pass {view.number} ", "bold reverse")
-        add(f" {view.api}", "bold", optional=True)  # the first to go on a short line
+        add(f" {view.api}", "bold", optional=1)  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")
         if view.create_graph:
@@ -62,15 +64,16 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         add(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
         if stop.detail:
             add(f" ({stop.detail})", "yellow")
-        if stop.thread is not None:
+        if stop.thread is not None:  # it matters when several passes run: else after the keys
+            several = bool(snapshot.waiting) or len(snapshot.live) > 1
             add(f" on {stop.thread}" + (f" ({stop.device})" if stop.device else ""), "dim",
-                optional=True)
+                optional=1 if several else 2)
         count = len(snapshot.waiting)
         if count:
             add(f"  {count} pass{'es' if count != 1 else ''} waiting", "bold magenta")
             where = ", ".join(f"#{w.pass_}" + (f" on {w.thread}" if w.thread else "")
                               for w in snapshot.waiting[:2])
-            add(f" ({where}{', …' if count > 2 else ''})", "magenta", optional=True)
+            add(f" ({where}{', …' if count > 2 else ''})", "magenta", optional=1)
     elif view is not None and view.ended:
         add(f"  pass {view.status}", "green" if view.status == "ok" else "bold red")
         if view.error:
@@ -90,23 +93,31 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     # what is left once the required parts, the gap and "? help" are in
     room = (width - sum(p.cell_len for p, optional in parts if not optional) - 3
             - hint_text(*HELP).cell_len) if width else 10**9
-    text = Text()
-    for part, optional in parts:  # optional parts in order while they fit
-        if optional and part.cell_len > room:
-            continue
-        if optional:
+    keep: set[int] = set()
+    for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
+        if optional == 1 and part.cell_len <= room:
+            keep.add(i)
             room -= part.cell_len
-        text.append_text(part)
-    text.append("   ")
+    keys = Text()
     for key, what in hints:  # the keys in order while they fit; "? help" always
         hint = hint_text(key, what)
         if (key, what) == HELP:
-            text.append_text(hint)
+            keys.append_text(hint)
         elif hint.cell_len <= room:
-            text.append_text(hint)
+            keys.append_text(hint)
             room -= hint.cell_len
         else:
             room = -1  # none after one that did not fit: the order stays the order of HINTS
+    for i, (part, optional) in enumerate(parts):  # then the others, if room is left
+        if optional == 2 and part.cell_len <= room:
+            keep.add(i)
+            room -= part.cell_len
+    text = Text()
+    for i, (part, optional) in enumerate(parts):
+        if not optional or i in keep:
+            text.append_text(part)
+    text.append("   ")
+    text.append_text(keys)
     return text
 
 
