@@ -64,8 +64,10 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         add(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
         if stop.detail:
             add(f" ({stop.detail})", "yellow")
-        if stop.thread is not None:  # it matters when several passes run: else after the keys
-            several = bool(snapshot.waiting) or len(snapshot.live) > 1
+        if stop.thread is not None:  # it matters off the main thread or with several passes;
+            # else it comes after the keys
+            several = bool(snapshot.waiting) or len(snapshot.live) > 1 or \
+                stop.thread != "MainThread"
             add(f" on {stop.thread}" + (f" ({stop.device})" if stop.device else ""), "dim",
                 optional=1 if several else 2)
         count = len(snapshot.waiting)
