@@ -130,10 +130,16 @@ class FlowScreen(ModalScreen[None]):
             def y(value: float | None, bad: bool) -> float:
                 return FLOOR if bad or value is None or value <= 0 else value
 
-            norms = [y(f.norm, f.nonfinite) for f in self.flows]
-            amaxes = [y(f.amax, f.nonfinite) for f in self.flows]
-            plt.scatter(xs, norms, marker="●", label="‖grad‖", color="cyan")
-            plt.scatter(xs, amaxes, marker="x", label="max |grad|", color="magenta")
+            # a leaf that has not accumulated yet has no point (at the floor it would read as
+            # a vanished gradient); the x axis still counts it, so the layers keep their places
+            done = [(x, f) for x, f in zip(xs, self.flows, strict=True)
+                    if f.norm is not None or f.nonfinite]
+            norms = [y(f.norm, f.nonfinite) for _, f in done]
+            amaxes = [y(f.amax, f.nonfinite) for _, f in done]
+            if done:
+                at = [x for x, _ in done]
+                plt.scatter(at, norms, marker="●", label="‖grad‖", color="cyan")
+                plt.scatter(at, amaxes, marker="x", label="max |grad|", color="magenta")
             bad = [x for x, f in zip(xs, self.flows, strict=True) if f.nonfinite]
             if bad:
                 plt.scatter(bad, [FLOOR] * len(bad), marker="✗", label="NaN/Inf", color="red")

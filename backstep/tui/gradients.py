@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option
 from backstep.tui.focus import Focus
 from backstep.tui.format import histogram, summary_line, values_text
 from backstep.tui.snapshot import Summary
+from backstep.tui.titles import set_title
 
 
 class GradientsPanel(OptionList):
@@ -47,11 +48,10 @@ class GradientsPanel(OptionList):
 
     def show(self, focus: Focus) -> None:
         self._focus = focus
-        self.clear_options()
         if focus.info is None:
-            self.add_option(Option(Text("no node selected", style="dim"), disabled=True))
+            self.set_options([Option(Text("no node selected", style="dim"), disabled=True)])
             return
-        self.border_title = f"Gradients · {focus.info.name} #{focus.node}"
+        set_title(self, f"Gradients · {focus.info.name} #{focus.node}")
         view = focus.snapshot.pass_
         self._other = (self.against(view.number, focus.node)
                        if self.against is not None and view is not None and focus.node is not None
@@ -107,7 +107,9 @@ class GradientsPanel(OptionList):
                 else:
                     dest = "→ (input needs no grad)"
                 options.append(self._option("grad_inputs", i, f"grad_input[{i}] {dest}", summary))
-        self.add_options(options)
+        # one replacement, not clear + add: the list never passes through empty, so a node with
+        # as many lines as the last one asks for no new layout (which repaints every scrollbar)
+        self.set_options(options)
 
     def _option(self, slot: str, index: int, title: str, summary: Summary | None) -> Option:
         parts: list[Text] = [Text(title, style="cyan"), Text("  ").append_text(summary_line(summary))]

@@ -16,14 +16,16 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
+from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import PassView, Snapshot
 from backstep.tui.status import live_passes
+from backstep.tui.titles import set_subtitle
 
 OPEN_ALL_BELOW = 200  # graphs this small start fully open
 MIN_NAME = 10  # a leaf name or module path gets at least this many cells, cut from the left
 
 
-class GraphPanel(Tree[Row]):
+class GraphPanel(LightTree[Row]):
     """Every node of the pass once, with a done / current / pending / skipped glyph."""
 
     ICON_NODE = "+ "
@@ -51,7 +53,7 @@ class GraphPanel(Tree[Row]):
 
     def show(self, snapshot: Snapshot) -> None:
         """Bring the tree up to date with a snapshot (rebuilds only when the pass changes)."""
-        self.border_subtitle = live_passes(snapshot, self.size.width)
+        set_subtitle(self, live_passes(snapshot, self.size.width))
         view = snapshot.pass_
         if view is None:
             return

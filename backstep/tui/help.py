@@ -22,6 +22,7 @@ KEYS = (
     ("B", "breakpoint conditions: node glob, module glob, leaf, non-finite, norm above"),
     ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
     ("tab", "move between panels; arrows move in the graph"),
+    ("click", "a node selects it; a gradient opens the tensor view; a module folds / unfolds"),
     ("z", "maximise the focused panel; z again restores the layout"),
     ("/", "search: part of a node name, module path or leaf name; enter selects the next match"),
     ("n / N", "while a search is up: next / previous match (n steps again once escape leaves it)"),

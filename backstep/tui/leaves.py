@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 
 from backstep.tui.format import cut_left, num
 from backstep.tui.snapshot import Accumulation, Snapshot, Summary, number
+from backstep.tui.titles import set_title
 
 BAR = 10
 # (label, width, right-aligned): sized so the table fits the 56-column panel of a 140x42 screen
@@ -109,7 +110,7 @@ class LeavesPanel(DataTable):
         self._key = key
         self.clear()
         if view is None:
-            self.border_title = "Leaves (.grad)"
+            set_title(self, "Leaves (.grad)")
             return
         accs = {a.leaf: a for a in view.accumulations()}
         names: list[str] = []
@@ -137,4 +138,4 @@ class LeavesPanel(DataTable):
                        for row in rows])
         done = len(accs)
         log = " · log scale" if scale.log else ""
-        self.border_title = f"Leaves (.grad) · {done}/{len(names)} accumulated{log}"
+        set_title(self, f"Leaves (.grad) · {done}/{len(names)} accumulated{log}")

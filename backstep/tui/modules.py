@@ -20,7 +20,9 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.format import GLYPHS, cut_left, num
 from backstep.tui.graph import GraphPanel
+from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import NodeInfo, PassView, Snapshot, number
+from backstep.tui.titles import set_subtitle, set_title
 
 NO_MODULE = "(no module)"
 
@@ -106,7 +108,7 @@ def node_stats(view: PassView, node_id: int) -> tuple[float | None, bool] | None
 Row = tuple[str, tuple[str, ...] | int]  # ("module", path) or ("node", id)
 
 
-class ModulePanel(Tree[Row]):
+class ModulePanel(LightTree[Row]):
     """The graph by module path; right / left unfold and fold, enter toggles."""
 
     BINDINGS = [
@@ -143,7 +145,7 @@ class ModulePanel(Tree[Row]):
             self._loaded.clear()
             self._stats.clear()
             self._counted = 0
-            self.border_title = f"Modules · pass {view.number}"
+            set_title(self, f"Modules · pass {view.number}")
             self._count(view)
             self._load(self._root)
         else:  # relabel the open modules (few) and the node rows that changed
@@ -234,7 +236,7 @@ class ModulePanel(Tree[Row]):
         return cut_left(crumb, max(8, self.size.width - 8)) if self.size.width else crumb
 
     def _crumb(self, node_id: int) -> None:
-        self.border_subtitle = self.breadcrumb(node_id)
+        set_subtitle(self, self.breadcrumb(node_id))
 
     def reveal(self, node_id: int, move: bool = True) -> None:
         """Unfold the node's module (and its parents); by default put the cursor on it."""
@@ -249,7 +251,7 @@ class ModulePanel(Tree[Row]):
             tree_node = self._mods.get(parts[:i])
             if tree_node is not None and i and not tree_node.is_expanded:
                 tree_node.expand()
-        self.border_subtitle = self.breadcrumb(node_id)
+        set_subtitle(self, self.breadcrumb(node_id))
         if not self.size.width:  # just shown: cut the breadcrumb once laid out
             self.call_after_refresh(self._crumb, node_id)
         row = self._rows.get(node_id)
@@ -285,7 +287,7 @@ class ModulePanel(Tree[Row]):
         event.stop()
         data = event.node.data
         if data is not None and data[0] == "node" and isinstance(data[1], int):
-            self.border_subtitle = self.breadcrumb(data[1])
+            set_subtitle(self, self.breadcrumb(data[1]))
             self.post_message(GraphPanel.NodeChosen(data[1]))
 
     @on(Tree.NodeSelected)

@@ -4,7 +4,9 @@ Modelled on memray's live mode: one thread blocks on the socket, folds each even
 ``SessionModel`` and posts immutable snapshots to the app. While the debuggee runs freely it can
 send thousands of ``node`` events a second, so snapshots are coalesced: one at once for events
 that change what a person acts on (a stop, a pass boundary, the exit), otherwise at most one per
-``interval``; ``flush()`` (called from an app timer) publishes whatever is left.
+``interval``, and never for a lone event: a step sends its node event just before the stop, and
+drawing the two apart would cost a second full refresh per step. ``flush()`` (called from an app
+timer) publishes whatever is left.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ class Reader:
             if not changed:
                 return
             now = time.monotonic()
-            if kind in URGENT or now - self._last_post >= self.interval:
+            # a lone event waits for the next one (or flush): the node event that comes just
+            # before each stop is then drawn with the stop, once, not on its own first
+            if kind in URGENT or (self._dirty and now - self._last_post >= self.interval):
                 self._publish(now)
             else:
                 self._dirty = True

@@ -33,9 +33,13 @@ class SavedPanel(Static):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.border_title = "Saved tensors"
+        # what decides the panel's (auto) height: a new layout only when that changes, since a
+        # layout pass repaints every scrollbar on screen
+        self._shape: tuple[object, ...] = ()
 
     def show(self, focus: Focus) -> None:
         parts: list[Table | Text] = []
+        shape: list[object] = []
         saved = focus.saved
         view = focus.snapshot.pass_
         released = focus.record is not None and view is not None and not view.retain_graph
@@ -67,6 +71,7 @@ class SavedPanel(Static):
                     status_text(item, released),
                 )
             parts.append(table)
+            shape.append(("rows", len(saved)))  # one line a row (no_wrap), and the header
         if view is not None:
             held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
@@ -75,4 +80,8 @@ class SavedPanel(Static):
             if view.retain_graph:
                 line.append("  (retain_graph: nothing is freed)", style="dim")
             parts.append(line)
-        self.update(Group(*parts))
+            shape.append(("footer", len(line.plain)))  # it wraps when longer than the panel
+        if parts and isinstance(parts[0], Text):  # a message instead of the table
+            shape.append(("message", parts[0].plain))
+        self.update(Group(*parts), layout=tuple(shape) != self._shape)
+        self._shape = tuple(shape)

@@ -11,8 +11,10 @@ from textual.widgets import Static
 
 from backstep.tui.focus import Focus
 from backstep.tui.snapshot import Summary
+from backstep.tui.titles import set_title
 
 CONTEXT = 4
+NOTHING = ("", 0, None)  # shown: no source recorded
 
 
 class SourcePanel(Static):
@@ -22,7 +24,8 @@ class SourcePanel(Static):
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.border_title = "Source"
         self.source_enabled = source_enabled
-        self._shown: tuple[str, int, str | None] | None = None
+        self._shown: tuple[str, int, str | None] | None = None  # the panel has a fixed height:
+        # its updates ask for no layout (a layout pass repaints every scrollbar on screen)
 
     def show(self, focus: Focus) -> None:
         """The forward line of the focused node."""
@@ -33,27 +36,30 @@ class SourcePanel(Static):
         file = source.get("file") if source else None
         line = source.get("line") if source else None
         if not isinstance(file, str) or not isinstance(line, int):
-            self._shown = None
-            self.border_title = "Source"
+            if self._shown == NOTHING:
+                return
+            self._shown = NOTHING
+            set_title(self, "Source")
             why = "" if self.source_enabled else " (--no-source)"
-            self.update(Text(f"no source recorded{why}", style="dim italic"))
+            self.update(Text(f"no source recorded{why}", style="dim italic"), layout=False)
             return
         if self._shown == (file, line, note):
             return
         self._shown = (file, line, note)
         where = f"{os.path.basename(file)}:{line}"
-        self.border_title = f"Source · {where}" + (f" · {note}" if note else "")
+        set_title(self, f"Source · {where}" + (f" · {note}" if note else ""))
         lines = linecache.getlines(file)
         if not lines or line > len(lines):
             code = source.get("code") if source else None
             self.update(Syntax(code or "", "python", line_numbers=True, start_line=line,
                                highlight_lines={line}, theme="ansi_dark",
                                background_color="default", word_wrap=False)
-                        if code else Text(f"{file}:{line} (file not readable)", style="dim"))
+                        if code else Text(f"{file}:{line} (file not readable)", style="dim"),
+                        layout=False)
             return
         start = max(1, line - CONTEXT)
         end = min(len(lines), line + CONTEXT)
         code = "".join(lines[start - 1 : end])
         self.update(Syntax(code, "python", line_numbers=True, start_line=start,
                            highlight_lines={line}, theme="ansi_dark",
-                           background_color="default", word_wrap=False))
+                           background_color="default", word_wrap=False), layout=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -16,77 +18,114 @@ REASONS = {
     "norm": "gradient norm",
     "review": "review (recorded)",
 }
+# in the order they give way when the line is short; "? help" (which lists them all) stays
 HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B", "conditions"),
-         ("?", "help"), ("q", "quit"))
+         ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),
+         ("q", "quit"))
+HELP = ("?", "help")
 
 
 def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
-                breakpoints: int, review: bool | str = False) -> Text:
-    text = Text()
+                breakpoints: int, review: bool | str = False, width: int = 0) -> Text:
+    """The line; with ``width``, cut to fit: the node's name and "? help" always, the thread
+    when there is room, then as many keys as fit, in ``HINTS`` order."""
+    # (part, optional): 0 required; 1 while it fits, before the keys; 2 only if room is left
+    # once the keys are in
+    parts: list[tuple[Text, int]] = []
+
+    def add(text: str, style: str = "", optional: int = 0) -> None:
+        parts.append((Text(text, style=style), optional))
+
     if review:  # p looked back: n walks forward again to the live stop
-        text.append(" review ", style="bold reverse magenta")
+        add(" review ", "bold reverse magenta")
         if isinstance(review, str):  # e.g. older passes were dropped at the review cap
-            text.append(f" {review} ", style="magenta")
+            add(f" {review} ", "magenta", optional=1)
     view = snapshot.pass_
     if view is not None:
-        text.append(f" pass {view.number} ", style="bold reverse")
-        text.append(f" {view.api}", style="bold")
+        add(f" pass {view.number} ", "bold reverse")
+        add(f" {view.api}", "bold", optional=1)  # the first to go on a short line
         if view.retain_graph:
-            text.append(" retain_graph", style="yellow")
+            add(" retain_graph", "yellow")
         if view.create_graph:
-            text.append(" create_graph", style="yellow")
+            add(" create_graph", "yellow")
         total = len(view.graph.nodes)
         stop = snapshot.stop
         step = stop.step if stop is not None and stop.pass_ == view.number else view.done
-        text.append(f"  step {step} of {total}")
+        add(f"  step {step} of {total}")
     if gone is not None:
-        text.append(f"  {gone}", style="bold red")
+        add(f"  {gone}", "bold red")
     elif snapshot.exit is not None:
         code = snapshot.exit.code
-        text.append(f"  script exited with code {code}",
-                    style="bold green" if code == 0 else "bold red")
-        text.append(" — q to quit", style="dim")
+        add(f"  script exited with code {code}", "bold green" if code == 0 else "bold red")
+        add(" — q to quit", "dim")
     elif snapshot.stop is not None and not waiting:
         stop = snapshot.stop
-        text.append("  stopped: ", style="dim")
-        text.append(REASONS.get(stop.reason, stop.reason), style="bold yellow")
+        add("  stopped: ", "dim")
+        add(REASONS.get(stop.reason, stop.reason), "bold yellow")
         # the node's name before the detail: on a narrow terminal the line is cut at the right
-        text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        add(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
         if snapshot.session is not None and snapshot.session.process_group:
-            # before the detail: the other ranks wait on this stop, and a line is cut at the right
-            text.append(group_note(snapshot.session.process_group,
-                                   snapshot.session.collective_timeout), style="yellow")
+            # before the detail: the other ranks wait on this stop
+            add(group_note(snapshot.session.process_group,
+                           snapshot.session.collective_timeout), "yellow", optional=1)
         if stop.detail:
-            text.append(f" ({stop.detail})", style="yellow")
-        if stop.thread is not None:
-            where = f" on {stop.thread}" + (f" ({stop.device})" if stop.device else "")
-            text.append(where, style="dim")
+            add(f" ({stop.detail})", "yellow")
+        if stop.thread is not None:  # it matters off the main thread or with several passes;
+            # else it comes after the keys
+            several = bool(snapshot.waiting) or len(snapshot.live) > 1 or \
+                stop.thread != "MainThread"
+            add(f" on {stop.thread}" + (f" ({stop.device})" if stop.device else ""), "dim",
+                optional=1 if several else 2)
         count = len(snapshot.waiting)
         if count:
-            text.append(f"  {count} pass{'es' if count != 1 else ''} waiting",
-                        style="bold magenta")
+            add(f"  {count} pass{'es' if count != 1 else ''} waiting", "bold magenta")
             where = ", ".join(f"#{w.pass_}" + (f" on {w.thread}" if w.thread else "")
                               for w in snapshot.waiting[:2])
-            text.append(f" ({where}{', …' if count > 2 else ''})", style="magenta")
+            add(f" ({where}{', …' if count > 2 else ''})", "magenta", optional=1)
     elif view is not None and view.ended:
-        text.append(f"  pass {view.status}", style="green" if view.status == "ok" else "bold red")
+        add(f"  pass {view.status}", "green" if view.status == "ok" else "bold red")
         if view.error:
-            text.append(f": {view.error}", style="red")
+            add(f": {view.error}", "red")
     elif snapshot.session is None:
-        text.append(" starting the script…", style="dim")
+        add(" starting the script…", "dim")
     else:
-        text.append("  running… (ctrl+c stops at the next node)", style="dim")
+        add("  running… (ctrl+c stops at the next node)", "dim")
     if breakpoints:
-        text.append(f"  ●{breakpoints}", style="red")
-    text.append("   ")
+        add(f"  ●{breakpoints}", "red")
     hints = HINTS
     count = len(snapshot.diagnoses)
-    if count:  # the banner may be dismissed: say how to bring it back
+    if count:  # the banner may be dismissed: say how to bring it back (first: it matters most)
         what = f"{count} diagnos{'is' if count == 1 else 'es'}"
-        hints = (*HINTS[:-2], ("d", what), *HINTS[-2:])
-    for key, what in hints:
-        text.append(f" {key}", style="bold cyan")
-        text.append(f" {what}", style="dim")
+        hints = (("d", what), *HINTS)
+
+    # what is left once the required parts, the gap and "? help" are in
+    room = (width - sum(p.cell_len for p, optional in parts if not optional) - 3
+            - hint_text(*HELP).cell_len) if width else 10**9
+    keep: set[int] = set()
+    for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
+        if optional == 1 and part.cell_len <= room:
+            keep.add(i)
+            room -= part.cell_len
+    keys = Text()
+    for key, what in hints:  # the keys in order while they fit; "? help" always
+        hint = hint_text(key, what)
+        if (key, what) == HELP:
+            keys.append_text(hint)
+        elif hint.cell_len <= room:
+            keys.append_text(hint)
+            room -= hint.cell_len
+        else:
+            room = -1  # none after one that did not fit: the order stays the order of HINTS
+    for i, (part, optional) in enumerate(parts):  # then the others, if room is left
+        if optional == 2 and part.cell_len <= room:
+            keep.add(i)
+            room -= part.cell_len
+    text = Text()
+    for i, (part, optional) in enumerate(parts):
+        if not optional or i in keep:
+            text.append_text(part)
+    text.append("   ")
+    text.append_text(keys)
     return text
 
 
@@ -99,6 +138,10 @@ def group_note(group: str, timeout: float | None) -> str:
     else:
         after = f"{timeout:g} s"
     return f"  under {group}: collectives time out after {after}"
+
+
+def hint_text(key: str, what: str) -> Text:
+    return Text.assemble((f" {key}", "bold cyan"), (f" {what}", "dim"))
 
 
 def live_passes(snapshot: Snapshot, width: int = 0) -> str:
@@ -115,9 +158,24 @@ def live_passes(snapshot: Snapshot, width: int = 0) -> str:
 
 
 class StatusLine(Static):
-    """One line at the bottom of the screen."""
+    """One line at the bottom of the screen, cut to the terminal's width (again on resize)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._shown: tuple[Snapshot, dict[str, Any]] | None = None
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
              breakpoints: int, review: bool | str = False) -> None:
-        self.update(status_text(snapshot, waiting=waiting, gone=gone, breakpoints=breakpoints,
-                                review=review))
+        self._shown = (snapshot, {"waiting": waiting, "gone": gone, "breakpoints": breakpoints,
+                                  "review": review})
+        self._draw()
+
+    def _draw(self) -> None:
+        if self._shown is None:
+            return
+        snapshot, options = self._shown
+        # one line, always: no layout (a layout pass repaints every scrollbar on screen)
+        self.update(status_text(snapshot, width=self.size.width, **options), layout=False)
+
+    def on_resize(self) -> None:
+        self._draw()
