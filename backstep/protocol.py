@@ -17,6 +17,8 @@ Events (DESIGN.md names the first five; do not rename them):
   pass_begin  pass, parent (pass number or null), api ("backward" | "grad"), retain_graph,
               create_graph, roots (ids), inputs (ids or null), thread, nodes (list of node infos)
   node        pass, step, id, name, grad_outputs, grad_inputs, saved, error (message or null)
+              thread: only when the node ran on another thread than the one its pass_begin
+              names (a CUDA device thread); absent means that same thread
   accumulate  pass, leaf, id, before, after, retained (True for a non-leaf's retain_grad)
   pass_end    pass, status ("ok" | "error"), error, skipped (ids)
   stopped     pass, step, id, name, reason, detail, grad_outputs, saved  (live UI only: the

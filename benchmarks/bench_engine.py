@@ -17,6 +17,8 @@ Host transfers per pass: on CUDA, the syncs counted by ``torch.cuda.set_sync_deb
 CPU, the reads ``backstep.engine.transfers`` counts with the device path forced on
 (``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
 recorded pass makes at most ceil(nodes / 256) + 4.
+Forward after trace: the thread CPU time of a forward that follows a recorded backward (as every
+forward under ``backstep trace --no-source`` does) over one that follows a plain backward.
 Peak RSS is measured in child processes (trace vs plain, same iterations); on CUDA, the peak GPU
 memory of one backward over what the forward left allocated.
 """
@@ -139,6 +141,32 @@ def time_modes(name: str, reps: int, device: str = "cpu") -> dict[str, float]:
     return {mode: statistics.median(values) for mode, values in samples.items()}
 
 
+def forward_after(name: str, reps: int) -> float:
+    """Forward cost under ``backstep trace --no-source``: the thread CPU time of a forward that
+    follows a recorded backward (capture installed, as in a trace) over one that follows a plain
+    backward (nothing installed); the two alternate, medians of ``reps``."""
+    model, make_loss = WORKLOADS[name]()
+    capture = _capture("trace")
+    assert capture is not None
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(reps + 2):
+        for traced in ((False, True) if rep % 2 else (True, False)):
+            if traced:
+                capture.install()
+            make_loss().backward()  # the backward the timed forward follows
+            model.zero_grad(set_to_none=True)
+            start = time.thread_time()
+            loss = make_loss()
+            elapsed = time.thread_time() - start
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            if traced:
+                capture.uninstall()
+            if rep >= 2:
+                samples[traced].append(elapsed)
+    return statistics.median(samples[True]) / statistics.median(samples[False])
+
+
 def host_transfers(name: str, mode: str, device: str) -> tuple[int, int]:
     """(host transfers, nodes) of one pass in ``mode``: CUDA syncs, or on CPU the reads the
     device path makes (forced on)."""
@@ -215,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the workloads run (cuda: small + gpt2)")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS),
+                        help="only this workload (default: both of the device's)")
     args = parser.parse_args(argv)
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -223,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows: list[tuple[str, str, float, float | None, bool | None]] = []
     for column, name in enumerate(COLUMNS[device]):
+        if args.workload and name != args.workload:
+            continue
         times = time_modes(name, reps, device)
         plain = times["plain"]
         rows.append((name, "plain backward (ms)", plain * 1e3, None, None))
@@ -233,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                          None if target is None else ratio <= target))
         for mode in FLOORS:
             rows.append((name, f"{mode}", times[mode] / plain, None, None))
+        if device == "cpu":
+            ratio = forward_after(name, reps)
+            rows.append((name, "forward after trace (CPU)", ratio, 1.03, ratio <= 1.03))
         for mode in ("trace", "nonfinite"):
             count, nodes = host_transfers(name, mode, device)
             bound = math.ceil(nodes / 256) + 4

@@ -274,3 +274,32 @@ def test_a_cpu_cuda_cpu_graph_steps_across_the_device_thread() -> None:
     (begin,) = rec.of("pass_begin")
     assert len(stopped) == len(begin["nodes"])  # stepping stops once before every node
     check_stream(rec.events)  # node events: steps 1..N although two threads ran them
+    # nodes on the device thread say so; the others ran on the thread pass_begin names
+    threads = {e.get("thread") for e in rec.of("node") if e["step"] is not None}
+    assert None in threads and len(threads) >= 2
+    assert begin["thread"] not in threads
+
+
+def test_node_events_name_their_thread_only_when_it_is_not_the_pass_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU every node runs on the caller's thread: node events carry no ``thread``. A node
+    seen from another thread (a device thread: simulated here) names it."""
+    from backstep.engine.capture import hooks
+
+    loss, _ = mlp_loss(0)
+    rec = ListRecorder()
+    with captured(Capture(rec)):
+        loss.backward()
+    (begin,) = rec.of("pass_begin")
+    assert begin["thread"] == threading.current_thread().name
+    assert rec.of("node") and all("thread" not in e for e in rec.of("node"))
+
+    real = threading.get_ident()
+    monkeypatch.setattr(hooks, "get_ident", lambda: real + 1)  # every node looks "elsewhere"
+    loss, _ = mlp_loss(1)
+    rec = ListRecorder()
+    with captured(Capture(rec)):
+        loss.backward()
+    nodes = rec.of("node")
+    assert nodes and all(e["thread"] == threading.current_thread().name for e in nodes)
+    check_stream(rec.events)

@@ -28,15 +28,29 @@ LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, neve
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_DEVICE_NAMES: dict[torch.device, str] = {}  # str(device) costs a microsecond per summary
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _device_name(device: torch.device) -> str:
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return name
 
 
 def _base(t: torch.Tensor) -> dict[str, Any]:
     return {
         "shape": list(t.shape),
         "dtype": _dtype_name(t.dtype),
-        "device": str(t.device),
+        "device": _device_name(t.device),
         "min": None,
         "max": None,
         "mean": None,

@@ -230,6 +230,7 @@ class Capture(Hooks, Output, TensorValues):
         if p.announced:
             return
         p.announced = True
+        p.thread = threading.get_ident()  # node events name their thread only when it differs
         self._annotate(p)
         graph = p.graph
         if not p.leaf_names:

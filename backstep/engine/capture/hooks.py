@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -123,21 +124,25 @@ class Hooks:
         p.current = None
         controller = self.controller
         if p.record:
-            node = p.graph.nodes[i]
-            batch = p.batch
-            go = [batch.add(g) for g in grad_outputs]
-            gi = [batch.add(g) for g in grad_inputs]
+            graph = p.graph
+            node = graph.nodes[i]
+            add = p.batch.add
+            go = [add(g) for g in grad_outputs]
+            gi = [add(g) for g in grad_inputs]
             saved = saved_status(node) if has_saved(node) else []
             after = None
-            if p.graph.names[i] == _ACCUMULATE:
-                after = (batch.add(node.variable.grad), node.variable._version)
-            p.records.append((i, step, go, gi, saved, after))
+            if graph.names[i] == _ACCUMULATE:
+                variable = node.variable
+                after = (add(variable.grad), variable._version)
+            # a node run on another thread than its pass's (a CUDA device thread) says which
+            thread = None if get_ident() == p.thread else threading.current_thread().name
+            p.records.append((i, step, go, gi, saved, after, thread))
             if controller is not None:
                 held = p.held
                 held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
                 if len(held) > HELD_NODES:
                     del held[next(iter(held))]
-            if len(p.records) >= BATCH_NODES or batch.nbytes >= BATCH_BYTES:
+            if len(p.records) >= BATCH_NODES or p.batch.nbytes >= BATCH_BYTES:
                 self._flush(p)
         if controller is None or controller.detached or p.finishing:
             return

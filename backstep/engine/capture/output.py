@@ -84,27 +84,31 @@ class Output:
         records, p.records = p.records, []
         summaries = p.batch.compute()
         graph = p.graph
+        ids, names = graph.ids, graph.names
         number = p.number
+        emit = self._emit
         out = {}
-        for i, step, go, gi, saved, after in records:
+        for i, step, go, gi, saved, after, thread in records:
             gi_summaries = [None if s is None else summaries[s] for s in gi]
             out[i] = gi_summaries
-            node_id = graph.ids[i]
-            self._emit(
-                {
-                    "event": "node",
-                    "pass": number,
-                    "step": step,
-                    "id": node_id,
-                    "name": display_name(graph.names[i]),
-                    "grad_outputs": [None if s is None else summaries[s] for s in go],
-                    "grad_inputs": gi_summaries,
-                    "saved": saved,
-                    "error": None,
-                }
-            )
-            if graph.names[i] == _ACCUMULATE:
-                self._emit(
+            node_id = ids[i]
+            name = names[i]
+            event = {
+                "event": "node",
+                "pass": number,
+                "step": step,
+                "id": node_id,
+                "name": display_name(name),
+                "grad_outputs": [None if s is None else summaries[s] for s in go],
+                "grad_inputs": gi_summaries,
+                "saved": saved,
+                "error": None,
+            }
+            if thread is not None:
+                event["thread"] = thread
+            emit(event)
+            if name == _ACCUMULATE:
+                emit(
                     {
                         "event": "accumulate",
                         "pass": number,

@@ -55,6 +55,7 @@ class Pass:
         # hooks take turns, and a paused hook lets the others go while it waits.
         self.lock = threading.RLock()
         self.checks: device_checks.GradientChecks | None = None  # gradient checks in flight
+        self.thread: int | None = None  # ident of the thread that announced the pass
 
 
 

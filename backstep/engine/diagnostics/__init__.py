@@ -29,6 +29,9 @@ MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, 
 
 __all__ = ["Diagnostician"]
 
+_ANALYSED = frozenset({"pass_begin", "node", "accumulate", "pass_end", "graph_released"})
+_NOTHING: list[dict[str, Any]] = []  # never appended to: the empty answer, shared
+
 
 class Diagnostician:
     """A Sink wrapper that forwards events and adds ``diagnosis`` events after them."""
@@ -53,16 +56,20 @@ class Diagnostician:
             return
         local.busy, local.pending = True, []
         try:
-            queue = [event]
-            while queue:
+            queue = None  # the common case: one event, no diagnosis, nothing re-entered
+            while True:
                 try:
-                    found = self._analyse(queue.pop(0))
+                    found = self._analyse(event)
                 except Exception:  # noqa: BLE001 - a diagnosis must never break the script
-                    found = []
+                    found = _NOTHING
                 for diag in found:
                     self.inner.emit(diag)
-                queue.extend(local.pending)
-                local.pending.clear()
+                if local.pending:
+                    queue = (queue or []) + local.pending
+                    local.pending.clear()
+                if not queue:
+                    break
+                event = queue.pop(0)
         finally:
             local.busy = False
 
@@ -87,14 +94,13 @@ class Diagnostician:
     # -- analysis ------------------------------------------------------------------------------
     def _analyse(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("event")
-        if kind not in ("pass_begin", "node", "accumulate", "pass_end", "graph_released"):
-            return []
-        found: list[Found] = []
+        if kind not in _ANALYSED:
+            return _NOTHING
         with self._lock:
-            found.extend(self._rules.feed(event))
+            found = self._rules.feed(event)
             if kind == "pass_begin":
-                found.extend(self._params.check(event, sys._getframe(1)))
-            return self._once(found)
+                found = [*found, *self._params.check(event, sys._getframe(1))]
+            return self._once(found) if found else _NOTHING
 
     def _once(self, found: list[Found]) -> list[dict[str, Any]]:
         out = []
