@@ -67,7 +67,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if snapshot.session is not None and snapshot.session.process_group:
             # before the detail: the other ranks wait on this stop
             add(group_note(snapshot.session.process_group,
-                           snapshot.session.collective_timeout), "yellow", optional=1)
+                           snapshot.session.collective_timeout), "yellow")
         if stop.detail:
             add(f" ({stop.detail})", "yellow")
         if stop.thread is not None:  # it matters off the main thread or with several passes;
