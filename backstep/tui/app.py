@@ -7,6 +7,7 @@ imports torch, so it starts fast and runs where torch is not installed.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Protocol
 
 from textual import on
@@ -41,6 +42,7 @@ from backstep.tui.snapshot import Snapshot
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
 from backstep.tui.tensorview import TensorView
+from backstep.tui.terminal_watch import end_if_gone
 
 
 class Link(Protocol):
@@ -158,6 +160,11 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
         self.query_one(GraphPanel).focus()
         self._refresh_all()
         self.set_interval(0.1, self.reader.flush)
+        stdin = sys.__stdin__
+        if not self.is_headless and stdin is not None and stdin.isatty():
+            fd = stdin.fileno()  # the terminal Textual reads: if it hangs up unseen, end as a hangup
+            cleanup = self.link.close if self.link is not None else None
+            self.set_interval(1.0, lambda: end_if_gone(fd, cleanup))
         if self.link is not None:
             self.link.open(self)
 
