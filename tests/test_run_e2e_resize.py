@@ -79,7 +79,7 @@ def laid_out(rows: int, cols: int, top: tuple[str, ...], absent: tuple[str, ...]
              visible: tuple[str, ...] = (), status: str = "") -> Callable[[list[str]], bool]:
     """The screen of one layout: the panel titles along the top row (in order), titles that
     must not be there, text anywhere, the status line on the last row, and borders that close at
-    the right edge."""
+    the right edge (or at a scrollbar beside it)."""
 
     def check(screen: list[str]) -> bool:
         text = "\n".join(screen)
@@ -87,7 +87,8 @@ def laid_out(rows: int, cols: int, top: tuple[str, ...], absent: tuple[str, ...]
         at = [first.find(f"╭─ {title}") for title in top]
         return (len(screen) == rows and len(first) == cols
                 and -1 not in at and at == sorted(at)
-                and first.rstrip().endswith("╮") and len(first.rstrip()) == cols
+                # the panels reach the right edge, or stop at a vertical scrollbar (2 columns)
+                and first.rstrip().endswith("╮") and cols - 2 <= len(first.rstrip()) <= cols
                 and not any(f"╭─ {title}" in first for title in absent)
                 and all(v in text for v in visible)
                 and status in last)
