@@ -11,44 +11,31 @@ is the real stream's. Writes below Python (C extensions, ``os.write(1, ...)``,
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
+
+from backstep.traces.output import CopyingStream
 
 CHUNK = 64 * 1024  # characters per event: well under any line cap
 
 Forward = Callable[[dict[str, Any]], None]
 
 
-class TeeStream:
-    """Stands in for ``sys.stdout`` or ``sys.stderr``."""
+class TeeStream(CopyingStream):
+    """Stands in for ``sys.stdout`` or ``sys.stderr``: copies go out at once, while a UI is
+    attached (no event is built otherwise)."""
 
     def __init__(self, stream: Any, name: str, forward: Forward,
                  active: Callable[[], bool]) -> None:
-        self._backstep_stream = stream
-        self._backstep_name = name
-        self._backstep_forward = forward
-        self._backstep_active = active
+        super().__init__(stream, name)
+        self._forward = forward
+        self._active = active
 
-    def write(self, text: str) -> int:
-        written = self._backstep_stream.write(text)  # the real write first: errors are its own
-        if text and self._backstep_active() and isinstance(text, str):
-            try:
-                for start in range(0, len(text), CHUNK):
-                    self._backstep_forward({"event": "output", "stream": self._backstep_name,
-                                            "text": text[start:start + CHUNK]})
-            except Exception:  # noqa: BLE001, S110 - a copy for the UI must never fail a print
-                pass
-        return written
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backstep_stream, name)
-
-    def __iter__(self) -> Any:
-        return iter(self._backstep_stream)
+    def _copy(self, text: str) -> None:
+        if self._active():
+            for start in range(0, len(text), CHUNK):
+                self._forward({"event": "output", "stream": self._name,
+                               "text": text[start:start + CHUNK]})
 
 
 def install(forward: Forward, active: Callable[[], bool]) -> Callable[[], None]:
@@ -64,6 +51,6 @@ def install(forward: Forward, active: Callable[[], bool]) -> Callable[[], None]:
     def uninstall() -> None:
         for name, tee in tees.items():
             if getattr(sys, name) is tee:
-                setattr(sys, name, tee._backstep_stream)
+                setattr(sys, name, tee._stream)
 
     return uninstall

@@ -34,35 +34,53 @@ class _Budget:
         self.lock = threading.Lock()
 
 
-class Tee:
-    """Stands in for a text stream: writes reach it unchanged, then the trace gets a copy."""
+class CopyingStream:
+    """Stands in for a text stream: every write reaches it first, unchanged (its errors are its
+    own), then ``_copy`` gets the text; everything else (``fileno``, ``isatty``, ``encoding``,
+    ``buffer``...) is the real stream's. Shared by the trace's tee and the remote UI's copy."""
 
-    def __init__(self, stream: TextIO, name: str, emit: Callable[[dict[str, Any]], None],
-                 budget: _Budget) -> None:
+    def __init__(self, stream: TextIO, name: str) -> None:
         self._stream = stream
         self._name = name
-        self._emit = emit
-        self._budget = budget
-        self._pending: list[str] = []
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
         try:
             if isinstance(text, str) and text:
-                self._record(text)
-        except Exception:  # noqa: BLE001 - recording must never break the script's print
+                self._copy(text)
+        except Exception:  # noqa: BLE001 - a copy must never break the script's print
             pass
         return written
+
+    def _copy(self, text: str) -> None:
+        raise NotImplementedError
 
     def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stream)
+
+
+class Tee(CopyingStream):
+    """The trace's copy: whole lines, within the trace's budget."""
+
+    def __init__(self, stream: TextIO, name: str, emit: Callable[[dict[str, Any]], None],
+                 budget: _Budget) -> None:
+        super().__init__(stream, name)
+        self._emit = emit
+        self._budget = budget
+        self._pending: list[str] = []
+
     def flush(self) -> None:
         self._stream.flush()
         self.settle()
 
-    def _record(self, text: str) -> None:
+    def _copy(self, text: str) -> None:
         budget = self._budget
         with budget.lock:
             if budget.left <= 0:
@@ -98,12 +116,6 @@ class Tee:
             event["truncated"] = budget.marked = True
         budget.left -= len(text)
         self._emit(event)
-
-    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
-        return getattr(self._stream, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._stream)
 
 
 @contextlib.contextmanager
