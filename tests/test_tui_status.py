@@ -3,9 +3,16 @@ fit, in the order of HINTS (the keys #16 added among them)."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
+import pytest
+
+from backstep.tui.app import BackstepApp
 from backstep.tui.model import SessionModel
 from backstep.tui.status import HELP, HINTS, status_text
-from tests.tui_fixtures import upto_stop
+from tests.test_tui import pilot, screen_text
+from tests.tui_fixtures import RecordingLink, long_name_events, upto_stop
 
 
 def stopped_at_mul() -> str:
@@ -43,3 +50,48 @@ def test_without_a_width_nothing_is_cut() -> None:
     text = status_text(stopped_at_mul(), waiting=False, gone=None,  # type: ignore[arg-type]
                        breakpoints=0).plain
     assert all(f" {key} {what}" in text for key, what in HINTS)
+
+
+LONG_NODE = "MyVeryLongCustomAutogradFunctionForFlashAttentionBackward"
+
+
+def long_stop_events(detail: str | None = None) -> list[dict[str, Any]]:
+    """The long-name fixture stopped at node 3, renamed to a custom Function's long name."""
+    events = copy.deepcopy(upto_stop(3, long_name_events()))
+    for event in events:
+        if event["event"] == "pass_begin":
+            for node in event["nodes"]:
+                if node["id"] == 3:
+                    node["name"] = LONG_NODE
+        elif event["event"] == "stopped" and event["id"] == 3:
+            event["name"], event["detail"] = LONG_NODE, detail
+    return events
+
+
+def test_a_long_node_name_is_cut_in_the_middle_and_help_stays() -> None:
+    for detail in (None, "norm 3.2e+05 above the threshold of 1e+03 set with B"):
+        model = SessionModel()
+        for event in long_stop_events(detail):
+            model.apply(event)
+        for width in (80, 100, 110):
+            text = status_text(model.snapshot(), waiting=False, gone=None,  # type: ignore[arg-type]
+                               breakpoints=0, width=width).plain
+            assert len(text) <= width and text.rstrip().endswith("? help"), text
+            assert "step 3 of 5" in text and "#3" in text, text
+            name = text.split(" before ", 1)[1].split(" #3", 1)[0]
+            assert name[:3] == "MyV" and name.endswith("Backward"), text
+            if width < 100:
+                assert "…" in name, text
+
+
+@pytest.mark.parametrize("detail", [None, "a long detail " * 6])
+@pilot
+async def test_status_line_fits_80_columns_with_long_names(detail: str | None) -> None:
+    app = BackstepApp(RecordingLink(long_stop_events(detail), stop=3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        status = app.query_one("#status")
+        assert app.screen.region.contains_region(status.region)
+        last = screen_text(app).splitlines()[-1]
+        assert last.rstrip().endswith("? help"), last
+        assert "step 3 of 5" in last and "before MyV" in last and "Backward #3" in last, last

@@ -7,6 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from backstep.tui.format import cut_middle
 from backstep.tui.snapshot import Snapshot
 
 REASONS = {
@@ -28,12 +29,18 @@ HELP = ("?", "help")
 def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
                 breakpoints: int, review: bool | str = False, width: int = 0) -> Text:
     """The line; with ``width``, cut to fit: the node's name and "? help" always, the thread
-    when there is room, then as many keys as fit, in ``HINTS`` order."""
+    when there is room, then as many keys as fit, in ``HINTS`` order. When even the required
+    parts are too long (a long node name, detail or error), they are squeezed in ``SQUEEZE``
+    order: "stopped:" goes, then the detail and error are cut at the right, then the node's name
+    in the middle (its ``#id`` stays), so the line never runs past ``width``."""
     # (part, optional): 0 required; 1 while it fits, before the keys; 2 only if room is left
     # once the keys are in
     parts: list[tuple[Text, int]] = []
+    squeeze: dict[str, int] = {}  # what may be squeezed: its index in ``parts``
 
-    def add(text: str, style: str = "", optional: int = 0) -> None:
+    def add(text: str, style: str = "", optional: int = 0, role: str = "") -> None:
+        if role:
+            squeeze[role] = len(parts)
         parts.append((Text(text, style=style), optional))
 
     if review:  # p looked back: n walks forward again to the live stop
@@ -53,23 +60,25 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         step = stop.step if stop is not None and stop.pass_ == view.number else view.done
         add(f"  step {step} of {total}")
     if gone is not None:
-        add(f"  {gone}", "bold red")
+        add(f"  {gone}", "bold red", role="error")
     elif snapshot.exit is not None:
         code = snapshot.exit.code
         add(f"  script exited with code {code}", "bold green" if code == 0 else "bold red")
         add(" — q to quit", "dim")
     elif snapshot.stop is not None and not waiting:
         stop = snapshot.stop
-        add("  stopped: ", "dim")
+        add("  stopped: ", "dim", role="stopped")
         add(REASONS.get(stop.reason, stop.reason), "bold yellow")
         # the node's name before the detail: on a narrow terminal the line is cut at the right
-        add(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+        add(f" {'after' if stop.after else 'before'} ")
+        add(stop.name, role="name")
+        add(f" #{stop.id}")
         if snapshot.session is not None and snapshot.session.process_group:
             # before the detail: the other ranks wait on this stop
             add(group_note(snapshot.session.process_group,
                            snapshot.session.collective_timeout), "yellow")
         if stop.detail:
-            add(f" ({stop.detail})", "yellow")
+            add(f" ({stop.detail})", "yellow", role="detail")
         if stop.thread is not None:  # it matters off the main thread or with several passes;
             # else it comes after the keys
             several = bool(snapshot.waiting) or len(snapshot.live) > 1 or \
@@ -85,7 +94,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     elif view is not None and view.ended:
         add(f"  pass {view.status}", "green" if view.status == "ok" else "bold red")
         if view.error:
-            add(f": {view.error}", "red")
+            add(f": {view.error}", "red", role="error")
     elif snapshot.session is None:
         add(" starting the script…", "dim")
     else:
@@ -101,6 +110,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     # what is left once the required parts, the gap and "? help" are in
     room = (width - sum(p.cell_len for p, optional in parts if not optional) - 3
             - hint_text(*HELP).cell_len) if width else 10**9
+    if room < 0:
+        room = _squeeze(parts, squeeze, -room)
     keep: set[int] = set()
     for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
         if optional == 1 and part.cell_len <= room:
@@ -124,9 +135,41 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     for i, (part, optional) in enumerate(parts):
         if not optional or i in keep:
             text.append_text(part)
+    if width and text.cell_len + 3 + keys.cell_len > width:  # still too long: crop, keep the keys
+        text.truncate(max(width - 3 - keys.cell_len, 0), overflow="ellipsis")
     text.append("   ")
     text.append_text(keys)
     return text
+
+
+SQUEEZE = (("stopped", 0), ("detail", 0), ("error", 16), ("name", 8))  # (role, fewest cells)
+
+
+def _squeeze(parts: list[tuple[Text, int]], roles: dict[str, int], over: int) -> int:
+    """Shorten the squeezable parts by ``over`` cells in all (``SQUEEZE`` order); the room left
+    (0, or less when even the shortest forms do not fit: the line is then cropped)."""
+    for role, fewest in SQUEEZE:
+        if over <= 0:
+            break
+        if role not in roles:
+            continue
+        i = roles[role]
+        part, optional = parts[i]
+        plain = part.plain
+        keep = max(fewest, len(plain) - over)
+        if keep >= len(plain):
+            continue
+        if role == "stopped":
+            short = "  "
+        elif role == "name":
+            short = cut_middle(plain, keep)
+        elif keep < 6:  # too short to say anything: the detail goes (the node's name stays)
+            short = ""
+        else:  # a message: its start says what happened
+            short = plain[: keep - 1] + "…"
+        over -= len(plain) - len(short)
+        parts[i] = (Text(short, style=part.style), optional)
+    return -over
 
 
 def group_note(group: str, timeout: float | None) -> str:
