@@ -41,6 +41,18 @@ def cut_left(name: str, width: int) -> str:
     return "…" + name[len(name) - width + 1 :] if width > 1 else "…"[:width]
 
 
+LEAF_ROOM = 16  # a leaf's name cut shorter than this makes "AccumulateGrad" give way
+SHORT_ACCUMULATE = "AccGrad"
+
+
+def name_and_leaf(name: str, leaf: str, room: int) -> tuple[str, str]:
+    """A node's name and its leaf's name in ``room`` cells (with one space between): the leaf is
+    cut from the left; an AccumulateGrad is shortened first, as the leaf's name says more."""
+    if room - len(name) - 1 < min(len(leaf), LEAF_ROOM) and name == "AccumulateGrad":
+        name = SHORT_ACCUMULATE
+    return name, cut_left(leaf, max(2, room - len(name) - 1))
+
+
 def cut_middle(name: str, width: int) -> str:
     """``name`` in at most ``width`` cells, cut in the middle (keeps both ends readable)."""
     if len(name) <= width:
@@ -89,21 +101,41 @@ def histogram(summary: Summary) -> Text:
     return Text("")
 
 
-def summary_line(summary: Summary | None) -> Text:
-    """``[2, 3] float32 cpu  min .. max .. mean .. norm ..  2 NaN/Inf``."""
+# the fields of a summary line, most telling first: shorter forms keep a prefix of these
+FIELDS = ("norm", "min", "max", "dtype", "device", "mean")
+
+
+def summary_line(summary: Summary | None, width: int = 0) -> Text:
+    """``[2, 3] float32 cpu  min .. max .. mean .. norm ..  2 NaN/Inf``; with ``width``, the
+    longest form that fits on one line: the mean, the device and the dtype give way first, then max and min,
+    never the shape, the norm or the NaN/Inf count (the tensor view has all of it)."""
+    full = _summary_line(summary, FIELDS)
+    if summary is None or not width or full.cell_len <= width:
+        return full
+    for keep in range(len(FIELDS) - 1, 0, -1):
+        text = _summary_line(summary, FIELDS[:keep])
+        if text.cell_len <= width:
+            return text
+    return text
+
+
+def _summary_line(summary: Summary | None, fields: Sequence[str]) -> Text:
     if summary is None:
         return Text("None (no gradient)", style="dim italic")
     text = Text()
     text.append(shape_text(summary.get("shape")), style="bold")
-    text.append(f" {summary.get('dtype', '?')} {summary.get('device', '?')}", style="dim")
+    kind = " ".join(str(summary.get(key, "?")) for key in ("dtype", "device") if key in fields)
+    if kind:
+        text.append(f" {kind}", style="dim")
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
         text.append("  value ", style="dim")
         text.append_text(num(values[0]))
     else:
         for key in ("min", "max", "mean", "norm"):
-            text.append(f"  {key} ", style="dim")
-            text.append_text(num(summary.get(key)))
+            if key in fields:
+                text.append(f"  {key} ", style="dim")
+                text.append_text(num(summary.get(key)))
     bad = summary.get("nonfinite")
     if isinstance(bad, int) and bad:
         text.append(f"  {bad} NaN/Inf", style="bold white on red")

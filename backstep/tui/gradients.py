@@ -15,10 +15,10 @@ from rich.text import Text
 from textual import on
 from textual.message import Message
 from textual.widgets import OptionList
-from textual.widgets.option_list import Option
+from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from backstep.tui.focus import Focus
-from backstep.tui.format import histogram, summary_line, values_text
+from backstep.tui.format import histogram, name_and_leaf, summary_line, values_text
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
 
@@ -45,9 +45,29 @@ class GradientsPanel(OptionList):
         self._other: dict[str, Any] | None = None
         # ... and, at the node where A first differs from B, the diff's finding in full
         self.reason: Callable[[int, int], list[str] | None] | None = None
+        self._fitted: tuple[int, int] = (0, 0)
+        # option id -> (its title and summary lines, its title, its summary)
+        self._heads: dict[str, tuple[int, str, Summary | None]] = {}
+
+    def _fit(self) -> tuple[int, int]:
+        """The columns and rows the options have (a scrollbar's room kept); 0s before layout."""
+        region = self.content_region
+        return max(region.width - self.styles.scrollbar_size_vertical, 0), region.height
+
+    def on_resize(self) -> None:
+        """Fit the summaries to the new size (shorter forms, or fewer lines, when short)."""
+        if self._focus is not None and self._fit() != self._fitted:
+            highlighted = self.highlighted_option
+            self.show(self._focus)
+            if highlighted is not None and highlighted.id is not None:  # the cursor stays put
+                try:
+                    self.highlighted = self.get_option_index(highlighted.id)
+                except OptionDoesNotExist:
+                    pass
 
     def show(self, focus: Focus) -> None:
         self._focus = focus
+        self._fitted = self._fit()
         if focus.info is None:
             self.set_options([Option(Text("no node selected", style="dim"), disabled=True)])
             return
@@ -69,7 +89,7 @@ class GradientsPanel(OptionList):
                 where.append(f" {focus.info.leaf}", style="green")
             if focus.info.module:
                 where.append(f" in {focus.info.module}", style="cyan")
-            options.append(Option(where, disabled=True))
+            options.append(Option(where, id="where", disabled=True))
         reason = (self.reason(view.number, focus.node)
                   if self.reason is not None and view is not None and focus.node is not None
                   else None)
@@ -103,21 +123,68 @@ class GradientsPanel(OptionList):
                 target = focus.info.next[i] if i < len(focus.info.next) else None
                 if target is not None and graph is not None and target in graph.nodes:
                     node = graph.nodes[target]
-                    dest = f"→ {node.name}" + (f" ({node.leaf})" if node.leaf else "") + f" #{target}"
+                    dest = f"→ {node.name} #{target}"
+                    if node.leaf:  # on one line: the leaf cut from the left (full in its detail)
+                        room = self._fitted[0] - len(f"grad_input[{i}] → ( #{target})") \
+                            if self._fitted[0] else 10**6
+                        name, leaf = name_and_leaf(node.name, node.leaf, room)
+                        dest = f"→ {name} ({leaf}) #{target}"
                 else:
                     dest = "→ (input needs no grad)"
                 options.append(self._option("grad_inputs", i, f"grad_input[{i}] {dest}", summary))
+        width, rows = self._fitted
+        # short of rows, in turn: the values and histograms give way (Enter opens the tensor
+        # view with all of them), a gradient's title and summary share a line where they fit,
+        # and the full names go below the gradients (the summaries never need scrolling)
+        for step in ("compact", "join", "where last"):
+            if not rows or self._count_lines(options) <= rows:
+                break
+            if step == "where last":
+                options = [o for o in options if o.id != "where"] + \
+                    [o for o in options if o.id == "where"]
+            else:
+                options = [self._compact(o, join=step == "join") for o in options]
         # one replacement, not clear + add: the list never passes through empty, so a node with
         # as many lines as the last one asks for no new layout (which repaints every scrollbar)
         self.set_options(options)
 
+    def _count_lines(self, options: list[Option]) -> int:
+        """The lines ``options`` take once wrapped to the panel's width."""
+        width = max(self._fitted[0], 1)
+        count = 0
+        for option in options:
+            prompt = option.prompt
+            for line in prompt.renderables if isinstance(prompt, Group) else [prompt]:
+                cells = line.cell_len if isinstance(line, Text) else width
+                count += max(1, -(-cells // width))
+        return count
+
+    def _compact(self, option: Option, join: bool = False) -> Option:
+        """A gradient's option with its title and summaries only; with ``join``, the title and
+        the summary on one line where they fit."""
+        prompt = option.prompt
+        kept = self._heads.get(option.id or "")
+        if not isinstance(prompt, Group) or kept is None:
+            return option
+        head, title, summary = kept
+        lines = list(prompt.renderables[:head])
+        if join and lines and isinstance(lines[0], Text) and lines[0].plain == title:
+            room = self._fitted[0] - len(title) - 2
+            line = Text(title, style="cyan").append("  ").append_text(summary_line(summary, room))
+            if line.cell_len <= self._fitted[0]:
+                lines[:2] = [line]
+        return Option(Group(*lines), id=option.id, disabled=option.disabled)
+
     def _option(self, slot: str, index: int, title: str, summary: Summary | None) -> Option:
-        parts: list[Text] = [Text(title, style="cyan"), Text("  ").append_text(summary_line(summary))]
+        width = self._fitted[0] - 2
+        parts: list[Text] = [Text(title, style="cyan"),
+                             Text("  ").append_text(summary_line(summary, max(width, 1)))]
         if self._other is not None:
             group = self._other.get(slot)
             if isinstance(group, list) and index < len(group):
                 parts.append(Text("  B: ", style="bold magenta").append_text(
-                    summary_line(group[index])))
+                    summary_line(group[index], max(width - 3, 1))))
+        self._heads[f"{slot}:{index}"] = (len(parts), title, summary)  # what a short panel keeps
         if summary is not None:
             values = values_text(summary)
             spark = histogram(summary)

@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS, cut_left
+from backstep.tui.format import GLYPHS, cut_left, name_and_leaf
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import PassView, Snapshot
@@ -22,7 +22,7 @@ from backstep.tui.status import live_passes
 from backstep.tui.titles import set_subtitle
 
 OPEN_ALL_BELOW = 200  # graphs this small start fully open
-MIN_NAME = 10  # a leaf name or module path gets at least this many cells, cut from the left
+MIN_NAME = 10  # a module path is shown, cut from the left, only when this many cells are left
 
 
 class GraphPanel(LightTree[Row]):
@@ -131,25 +131,39 @@ class GraphPanel(LightTree[Row]):
         state = self._view.state(row.node, self._current)
         glyph, style = GLYPHS[state]
         text = Text.assemble((glyph + " ", style))
-        text.append(name, style="bold reverse" if state == "current" else "")
         line = ""
         if info is not None and info.source and isinstance(info.source.get("line"), int):
             line = f" :{info.source['line']}"
         # what is left of the row for the leaf name and module path, which are cut from the left
-        # (their tail is the informative part); the full names are in the Gradients panel
-        width = self.scrollable_content_region.width
-        room = width - indent - 5 - len(glyph) - len(name) - len(f" #{row.node}") - len(line) \
-            if width else 10**6
+        # (their tail is the informative part; the full names are in the Gradients panel); a row
+        # is never wider than the panel, so nothing is cut at the right (never at both ends)
+        room = self._room(row, indent) - len(glyph) - 1 - len(name) - len(line)
         if info is not None and info.leaf:
-            leaf = cut_left(info.leaf, max(MIN_NAME, room - 1))
+            room += len(name)
+            name, leaf = name_and_leaf(name, info.leaf, room)
+            room -= len(name) + 1 + len(leaf)
+        text.append(name, style="bold reverse" if state == "current" else "")
+        if info is not None and info.leaf:
             text.append(f" {leaf}", style="green")
-            room -= len(leaf) + 1
-        if room >= 0:  # else the id goes (it is in the Gradients panel's title), the name stays
-            text.append(f" #{row.node}", style="dim")
+        node_id = f" #{row.node}"
+        if room >= len(node_id):  # else the id goes (it is in the Gradients panel's title)
+            text.append(node_id, style="dim")
+            room -= len(node_id)
         if info is not None and info.module and room > MIN_NAME:
             text.append(f" {cut_left(info.module, room - 1)}", style="dim cyan")
         text.append(line, style="dim")
         return text
+
+    def _room(self, row: Row, indent: int) -> int:
+        """The cells a row's label may take without running past the panel (a vertical
+        scrollbar's room kept, as it may appear later); a lot when not laid out yet."""
+        width = self.content_region.width
+        if not width:
+            return 10**6
+        scrollbar = self.styles.scrollbar_size_vertical
+        icon = 2 if row.key is not None else 0  # the fold icon of a row that opens
+        # ``indent`` counts a level for the hidden root, which draws no guide
+        return width - scrollbar - (indent - self.guide_depth) - icon
 
     def _indent(self, parent: TreeNode[Row] | None) -> int:
         """The cells of guides before a child of ``parent`` (the tree is shallow: cheap)."""
