@@ -4,13 +4,25 @@ maximises the focused panel; long names are cut keeping their informative tail."
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pytest
 
 from backstep.tui.app import BackstepApp
 from backstep.tui.format import cut_left, cut_middle
 from backstep.tui.gradients import GradientsPanel
+from backstep.tui.graph import GraphPanel
 from tests.test_tui import line_with, pilot, screen_text
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events
+from tests.tui_fixtures import (
+    LONG_LEAVES,
+    RecordingLink,
+    long_name_events,
+    saved,
+    stop_at,
+    transformer_pass,
+    upto_stop,
+)
 
 SIZES = [(80, 24), (100, 30), (110, 32), (140, 42), (160, 48), (200, 60)]
 ALWAYS = ("#graph", "#gradients", "#saved", "#status")
@@ -119,3 +131,82 @@ async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() 
         await pilot.pause()
         graph = line_with(screen_text(app), "MulBackward0 #3")
         assert "mlp.c_proj :22" in graph and "…" in graph
+
+
+def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
+    """A deep residual pass (``transformer_pass``) with GPT-2's dotted names, stopped at its root:
+    AccumulateGrad rows two levels deep, where a narrow graph panel has little room."""
+    event = transformer_pass(nodes)
+    for node in event["nodes"]:
+        if node["module"]:
+            block = node["module"].split(".")[2]
+            node["module"] = f"model.transformer.h.{block}.mlp.c_fc"
+            if node["leaf"]:
+                node["leaf"] = f"{node['module']}.weight"
+    session = {"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1}
+    return [session, event, stop_at(event, event["nodes"][0]["id"])]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (170, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[int, int]) -> None:
+    app = BackstepApp(RecordingLink(gpt_named_events()))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        graph = app.query_one(GraphPanel)
+        assert graph.virtual_size.width <= graph.scrollable_content_region.width  # none cut right
+        leaves = 0
+        for line in graph._tree_lines:
+            row = line.node.data
+            info = graph._view.graph.nodes.get(row.node) if row is not None else None
+            if info is None or not info.leaf or row.kind != "node":
+                continue
+            shown = line.node.label.plain.split(" ")[2]  # glyph, name, leaf, ...
+            assert info.leaf == shown or (shown[0] == "…" and info.leaf.endswith(shown[1:])), shown
+            assert shown.endswith("c_fc.weight") or shown == "input", shown
+            leaves += 1
+        assert leaves >= 5
+        # the rows on screen are the labels: no "…" at the right edge of the panel
+        region = graph.region
+        for text in screen_text(app).splitlines()[region.y + 1 : region.bottom - 1]:
+            assert not text[region.x : region.right - 3].rstrip().endswith("…"), text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple[int, int]) -> None:
+    app = make_app(stop=5)  # the pass nearly done: AddBackward0 #2 ran, with two outgoing
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.query_one(GraphPanel).reveal(2)
+        await pilot.pause()
+        panel = app.query_one(GradientsPanel)
+        assert "AddBackward0 #2" in str(panel.border_title)
+        assert panel.max_scroll_y == 0  # incoming and both outgoing summaries, no scrolling
+        text = screen_text(app)
+        assert "grad_input[0] → MulBackward0 #3" in text
+        # the leaf's name cut from the left to keep the target on one line
+        target = line_with(text, "grad_input[1] →")
+        assert "AccGrad (…" in target and ".weight) #4" in target, target
+    app = BackstepApp(RecordingLink(gpt_named_events()))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        # a [2, 2] gradient's summary on one line: the mean and device give way, the norm stays
+        line = line_with(screen_text(app), "[2, 2]")
+        assert "min -1" in line and "max 2" in line and "norm 2.305" in line, line
+        assert app.query_one(GradientsPanel).max_scroll_y == 0
+
+
+@pilot
+async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> None:
+    events = copy.deepcopy(upto_stop(3, long_name_events()))
+    events[-1]["saved"] = [saved("self", [10, 16]), saved("total_weight", []),
+                           saved("mat1_sym_sizes_0_really_long", [4096, 50257])]
+    app = BackstepApp(RecordingLink(events, stop=3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "status" in line_with(text, "name", "tensor", "bytes")
+        row = line_with(text, "[4096, 50257]")
+        assert "mat…" in row and "long " in row and "alive" in row and "4 B" in row, row
+        assert "total_weight" in text and "alive" in line_with(text, "total_weight")

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from backstep.tui.focus import Focus
-from backstep.tui.format import nbytes, shape_text
+from backstep.tui.format import cut_middle, nbytes, shape_text
 from backstep.tui.snapshot import SavedInfo
 
 STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
@@ -36,8 +36,17 @@ class SavedPanel(Static):
         # what decides the panel's (auto) height: a new layout only when that changes, since a
         # layout pass repaints every scrollbar on screen
         self._shape: tuple[object, ...] = ()
+        self._focus: Focus | None = None
+        self._width = 0
+
+    def on_resize(self) -> None:
+        """Fit the table to the new width (names cut, or dtypes dropped, on a narrow panel)."""
+        if self._focus is not None and self.content_region.width != self._width:
+            self.show(self._focus)
 
     def show(self, focus: Focus) -> None:
+        self._focus = focus
+        self._width = self.content_region.width
         parts: list[Table | Text] = []
         shape: list[object] = []
         saved = focus.saved
@@ -51,25 +60,38 @@ class SavedPanel(Static):
         elif not saved:
             parts.append(Text("this node saved nothing", style="dim"))
         else:
-            # the shape and status are what the panel is for: they keep their width and a long
-            # name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0)
-            cells = [("scalar" if item.shape is None and item.dtype is None
-                      else f"{shape_text(item.shape)} {item.dtype or ''}") for item in saved]
+            # the shape, bytes and status are what the panel is for: they keep their width; a
+            # long name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0),
+            # and on a narrow panel the dtype goes before the name is cut below 8 cells
+            statuses = [status_text(item, released) for item in saved]
+            sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
+                     for item in saved]
+            fixed = max(len(b) for b in [*sizes, "bytes"]) + \
+                max(s.cell_len for s in [*statuses, Text("status")]) + 7  # the gaps, a cell at the left
+            width = self.content_region.width
+            names = max(len(item.name) for item in saved)
+            for dtype in (True, False):
+                cells = [("scalar" if item.shape is None and item.dtype is None
+                          else shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else ""))
+                         for item in saved]
+                room = width - fixed - max(len(c) for c in [*cells, "tensor"]) if width else names
+                if room >= min(names, 8):
+                    break
+            room = max(room, 4)
             table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
             table.add_column("name", style="bold", no_wrap=True, header_style="dim", min_width=6,
                              overflow="ellipsis")
             table.add_column("tensor", no_wrap=True, header_style="dim",
                              min_width=max(len(c) for c in cells))
-            table.add_column("bytes", no_wrap=True, header_style="dim", justify="right")
-            table.add_column("status", no_wrap=True, header_style="dim", min_width=6)
-            for item, tensor in zip(saved, cells, strict=True):
-                scalar = item.shape is None and item.dtype is None
-                table.add_row(
-                    item.name,
-                    tensor,
-                    "" if scalar else nbytes(item.bytes),
-                    status_text(item, released),
-                )
+            # (no minimum widths while the table fits: rich shares the room out the same)
+            tight = bool(width) and room < names
+            table.add_column("bytes", no_wrap=True, header_style="dim", justify="right",
+                             min_width=max(len(b) for b in [*sizes, "bytes"]) if tight else None)
+            table.add_column("status", no_wrap=True, header_style="dim",
+                             min_width=max(s.cell_len for s in [*statuses, Text("status")])
+                             if tight else None)
+            for item, tensor, size, status in zip(saved, cells, sizes, statuses, strict=True):
+                table.add_row(cut_middle(item.name, room), tensor, size, status)
             parts.append(table)
             shape.append(("rows", len(saved)))  # one line a row (no_wrap), and the header
         if view is not None:
