@@ -13,6 +13,7 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.format import cut_left, cut_middle
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
+from backstep.tui.modules import ModulePanel
 from tests.test_tui import line_with, pilot, screen_text
 from tests.tui_fixtures import (
     LONG_LEAVES,
@@ -210,3 +211,22 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
         row = line_with(text, "[4096, 50257]")
         assert "mat…" in row and "long " in row and "alive" in row and "4 B" in row, row
         assert "total_weight" in text and "alive" in line_with(text, "total_weight")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
+    app = BackstepApp(RecordingLink(gpt_named_events()))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.press("m")
+        await pilot.pause()
+        panel = app.query_one(ModulePanel)
+        panel.focus()
+        await pilot.press("home")
+        for _ in range(5):  # model › transformer › h.22 › mlp › c_fc, unfolded
+            await pilot.press("right", "down")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "AccGrad weight" in text  # five levels deep: the leaf kept whole, the name short
+        assert panel.virtual_size.width <= panel.scrollable_content_region.width  # none cut right

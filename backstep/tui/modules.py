@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS, cut_left, num
+from backstep.tui.format import GLYPHS, cut_left, cut_middle, name_and_leaf, num
 from backstep.tui.graph import GraphPanel
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import NodeInfo, PassView, Snapshot, number
@@ -210,23 +210,54 @@ class ModulePanel(LightTree[Row]):
         if mod is None:
             return Text("?")
         stats = self._stats.get(path, Stats(0, 0, None, False))
-        text = Text(path[-1] if path else "", style="bold")
+        counts = f"  {stats.done}✓ {len(mod.all_nodes) - stats.done}·"
+        norm = Text("  ‖g‖≤", style="dim").append_text(num(stats.norm)) \
+            if stats.norm is not None else Text()
+        # never wider than the panel (a number cut at the right would misread): the norm goes
+        # first, then the name is cut from the left
+        width = self.content_region.width
+        room = width - self.styles.scrollbar_size_vertical - 2 - \
+            max(len(path) - 1, 0) * self.guide_depth if width else 10**6
+        name = path[-1] if path else ""
+        room -= len(counts) + (2 if stats.nonfinite else 0)
+        if len(name) + norm.cell_len > room:
+            norm = Text()
+        text = Text(cut_left(name, max(room, 4)), style="bold")
         if stats.nonfinite:  # first, where a narrow panel cannot cut it off
             text.append(" ✗", style="bold red")
-        text.append(f"  {stats.done}✓ {len(mod.all_nodes) - stats.done}·", style="dim")
-        if stats.norm is not None:
-            text.append("  ‖g‖≤", style="dim").append_text(num(stats.norm))
-        return text
+        text.append(counts, style="dim")
+        return text.append_text(norm)
 
     def _node_label(self, node_id: int) -> Text:
         assert self._view is not None
         info = self._view.graph.nodes[node_id]
         glyph, style = GLYPHS[self._view.state(node_id, self._current)]
-        text = Text.assemble((glyph + " ", style), (info.name, ""))
-        if info.leaf:
-            text.append(f" {info.leaf.rsplit('.', 1)[-1]}", style="green")
-        text.append(f" #{node_id}", style="dim")
+        name, leaf, node = info.name, info.leaf.rsplit(".", 1)[-1] if info.leaf else "", \
+            f" #{node_id}"
+        # a row never wider than the panel (nothing cut at the right): the id goes first, then
+        # AccumulateGrad is shortened and the leaf cut from the left, then the name in the middle
+        width = self.content_region.width
+        room = width - self.styles.scrollbar_size_vertical - len(glyph) - 1 - \
+            max(len(node_module(info)), 1) * self.guide_depth if width else 10**6
+        if len(name) + (len(leaf) + 1 if leaf else 0) + len(node) > room:
+            node = ""
+            if leaf:
+                name, leaf = name_and_leaf(name, leaf, room)
+            elif len(name) > room:
+                name = cut_middle(name, max(room, 6))
+        text = Text.assemble((glyph + " ", style), (name, ""))
+        if leaf:
+            text.append(f" {leaf}", style="green")
+        text.append(node, style="dim")
         return text
+
+    def on_resize(self) -> None:
+        """Re-cut the rows built so far to the new width."""
+        for node_id, row in self._rows.items():
+            row.set_label(self._node_label(node_id))
+        for path, tree_node in self._mods.items():
+            if path:  # not the (hidden) root
+                tree_node.set_label(self._module_label(tree_node))
 
     def breadcrumb(self, node_id: int) -> str:
         """``model › transformer › h.3 › attn`` for the node's module."""
