@@ -136,9 +136,13 @@ async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() 
 
 def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
     """A deep residual pass (``transformer_pass``) with GPT-2's dotted names, stopped at its root:
-    AccumulateGrad rows two levels deep, where a narrow graph panel has little room."""
+    AccumulateGrad rows two levels deep and long op names with source lines, where a narrow
+    graph panel has little room."""
     event = transformer_pass(nodes)
     for node in event["nodes"]:
+        if node["name"] == "AddBackward0":  # a long op name with a source line, at the top level
+            node["name"] = "NativeLayerNormBackward0"
+            node["source"] = {"file": "gpt.py", "line": 24, "code": "x = self.ln_1(x)"}
         if node["module"]:
             block = node["module"].split(".")[2]
             node["module"] = f"model.transformer.h.{block}.mlp.c_fc"

@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS, cut_left, name_and_leaf
+from backstep.tui.format import GLYPHS, LEAF_ROOM, cut_left, cut_middle, name_and_leaf
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import PassView, Snapshot
@@ -113,10 +113,17 @@ class GraphPanel(LightTree[Row]):
             return Text("")
         info = self._view.graph.nodes.get(row.node)
         name = info.name if info else "?"
-        if row.kind == "link":
-            return Text.assemble(("↪ ", "cyan"), (name, "cyan"), (f" #{row.node}", "dim"))
-        if row.kind == "path":
-            return Text.assemble(("⑂ ", "blue"), (name, ""), (f"  +{row.count - 1} more", "dim"))
+        if row.kind in ("link", "path"):  # fitted like a node's row: the tail goes, then the
+            # name is cut in the middle
+            room = self._room(row, indent) - 2
+            tail = f" #{row.node}" if row.kind == "link" else f"  +{row.count - 1} more"
+            if len(name) + len(tail) > room:
+                tail = "" if row.kind == "link" else f" +{row.count - 1}"
+            if len(name) + len(tail) > room:
+                name = cut_middle(name, max(room - len(tail), 6))
+            if row.kind == "link":
+                return Text.assemble(("↪ ", "cyan"), (name, "cyan"), (tail, "dim"))
+            return Text.assemble(("⑂ ", "blue"), (name, ""), (tail, "dim"))
         if row.kind == "chunk":
             assert self.layout_ is not None
             head = self.layout_.head[row.node]
@@ -138,6 +145,13 @@ class GraphPanel(LightTree[Row]):
         # (their tail is the informative part; the full names are in the Gradients panel); a row
         # is never wider than the panel, so nothing is cut at the right (never at both ends)
         room = self._room(row, indent) - len(glyph) - 1 - len(name) - len(line)
+        wants = 1 + min(len(info.leaf), LEAF_ROOM) if info is not None and info.leaf else 0
+        if room < wants and line:  # the source line goes first (it is in the Source panel)
+            room += len(line)
+            line = ""
+        if room < 0 and not wants:  # then the name is cut in the middle
+            name = cut_middle(name, max(len(name) + room, 6))
+            room = 0
         if info is not None and info.leaf:
             room += len(name)
             name, leaf = name_and_leaf(name, info.leaf, room)
@@ -174,9 +188,12 @@ class GraphPanel(LightTree[Row]):
         return (depth + 1) * self.guide_depth
 
     def on_resize(self) -> None:
-        """Re-cut the names of the rows built so far to the new width."""
-        for tree_node in self._rows.values():
-            tree_node.set_label(self._label(tree_node.data, self._indent(tree_node.parent)))
+        """Re-cut the names of the rows built so far (nodes, links, paths) to the new width."""
+        stack = [(child, self.guide_depth) for child in self.root.children]
+        while stack:
+            tree_node, indent = stack.pop()
+            tree_node.set_label(self._label(tree_node.data, indent))
+            stack.extend((child, indent + self.guide_depth) for child in tree_node.children)
 
     # -- navigation -----------------------------------------------------------------------
 

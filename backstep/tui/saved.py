@@ -83,8 +83,9 @@ class SavedPanel(Static):
                              overflow="ellipsis")
             table.add_column("tensor", no_wrap=True, header_style="dim",
                              min_width=max(len(c) for c in cells))
-            # (no minimum widths while the table fits: rich shares the room out the same)
-            tight = bool(width) and room < names
+            # (no minimum widths while the table fits with room to spare: rich shares the room
+            # out the same; near the edge it would cut the status column first)
+            tight = bool(width) and room < names + 4
             table.add_column("bytes", no_wrap=True, header_style="dim", justify="right",
                              min_width=max(len(b) for b in [*sizes, "bytes"]) if tight else None)
             table.add_column("status", no_wrap=True, header_style="dim",
