@@ -41,18 +41,6 @@ def cut_left(name: str, width: int) -> str:
     return "…" + name[len(name) - width + 1 :] if width > 1 else "…"[:width]
 
 
-LEAF_ROOM = 16  # a leaf's name cut shorter than this makes "AccumulateGrad" give way
-SHORT_ACCUMULATE = "AccGrad"
-
-
-def name_and_leaf(name: str, leaf: str, room: int) -> tuple[str, str]:
-    """A node's name and its leaf's name in ``room`` cells (with one space between): the leaf is
-    cut from the left; an AccumulateGrad is shortened first, as the leaf's name says more."""
-    if room - len(name) - 1 < min(len(leaf), LEAF_ROOM) and name == "AccumulateGrad":
-        name = SHORT_ACCUMULATE
-    return name, cut_left(leaf, max(2, room - len(name) - 1))
-
-
 def cut_middle(name: str, width: int) -> str:
     """``name`` in at most ``width`` cells, cut in the middle (keeps both ends readable)."""
     if len(name) <= width:

@@ -17,8 +17,9 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
+from backstep.tui.fit import name_and_leaf
 from backstep.tui.focus import Focus
-from backstep.tui.format import histogram, name_and_leaf, summary_line, values_text
+from backstep.tui.format import histogram, summary_line, values_text
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
 

@@ -14,7 +14,8 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS, LEAF_ROOM, cut_left, cut_middle, name_and_leaf
+from backstep.tui.fit import LEAF_ROOM, cut_middle, name_and_leaf
+from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import PassView, Snapshot

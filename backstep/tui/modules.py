@@ -18,7 +18,8 @@ from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from backstep.tui.format import GLYPHS, cut_left, cut_middle, name_and_leaf, num
+from backstep.tui.fit import cut_middle, name_and_leaf
+from backstep.tui.format import GLYPHS, cut_left, num
 from backstep.tui.graph import GraphPanel
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import NodeInfo, PassView, Snapshot, number
