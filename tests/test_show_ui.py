@@ -153,5 +153,9 @@ async def test_help_lists_the_replay_keys(trace: Path) -> None:
             await pilot.pause()
             await press(pilot, "question_mark")
             assert isinstance(app.screen, ReplayHelp)
+            text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+            for key, what in (("[ / ]", "the next pass"), ("c / C", "previous breakpoint"),
+                              ("g", "go to a pass"), ("n / p", "across passes")):
+                assert any(key in line and what in line for line in text.splitlines()), key
             await press(pilot, "escape")
             assert not isinstance(app.screen, ReplayHelp)

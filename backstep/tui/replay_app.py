@@ -34,7 +34,7 @@ HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), 
 
 
 REPLAY_KEYS = (
-    ("n / p", "a node forward / back (back shows exactly what was shown live there)"),
+    ("n / p", "a node forward / back, across passes (back shows what live showed there)"),
     ("c / C", "on to the next / previous breakpoint or pass start"),
     ("[ / ]", "the start of this or the previous pass / the next pass"),
     ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
