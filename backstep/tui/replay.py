@@ -18,11 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from backstep.traces.index import KINDS, TraceIndex
+from backstep.tui.carry import Carry, CarryLog
 from backstep.tui.model import SessionModel, _saved
 from backstep.tui.snapshot import Graph, Snapshot, Stop, _summaries
-from backstep.tui.snapshot import number as number_of
 
-CARRY_EVERY = 32
 NODE_CODE = KINDS.index("node")
 BEGIN_CODE = KINDS.index("pass_begin")
 
@@ -177,7 +176,7 @@ class Replay:
         numbers = index.numbers()
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
-        self._carried: dict[int, Carry] = {}
+        self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
         self._node_starts: tuple[int | None, list[int]] = (None, [])  # of one pass, in order
@@ -201,19 +200,8 @@ class Replay:
         return self._timeline
 
     def _carry(self, number: int) -> Carry:
-        """What earlier passes leave behind, folded forward pass by pass from the nearest
-        remembered point (every ``CARRY_EVERY``-th pass and the latest are remembered)."""
-        earlier = [n for n in self.numbers if n < number]
-        if not earlier:
-            return Carry()
-        start = max((n for n in self._carried if n <= earlier[-1]), default=None)
-        carry = self._carried[start] if start is not None else Carry()
-        for last in earlier[earlier.index(start) + 1 if start is not None else 0:]:
-            carry = carry.fold(last, self.index.read_kinds(last, {"accumulate", "diagnosis"}))
-            if earlier.index(last) % CARRY_EVERY == 0:
-                self._carried[last] = carry
-        self._carried[earlier[-1]] = carry
-        return carry
+        """What earlier passes leave behind (folded once, remembered every few passes)."""
+        return self.carries.before(number)
 
     def offset(self) -> int:
         """Where in the file the cursor is: the script's output before it was printed before
@@ -358,40 +346,3 @@ def _beyond(here: Position, pos: Position, direction: int) -> bool:
     if here.number != pos.number:
         return True
     return a > b if direction > 0 else a < b
-
-
-@dataclass(frozen=True)
-class Carry:
-    """What the model keeps from earlier passes: how many passes have accumulated into each
-    leaf since it was zeroed and its latest ``.grad`` norm (numbers only: a remembered carry
-    holds no events), and the diagnoses so far."""
-
-    number: int = 0
-    leaves: tuple[tuple[str, int, float | None], ...] = ()
-    diagnoses: tuple[dict[str, Any], ...] = ()
-
-    def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
-        leaves = {leaf: (count, norm) for leaf, count, norm in self.leaves}
-        diagnoses = list(self.diagnoses)
-        for event in events:
-            if event.get("event") == "diagnosis":
-                diagnoses.append(event)
-                continue
-            leaf = event.get("leaf")
-            if not isinstance(leaf, str):
-                continue
-            before, after = event.get("before"), event.get("after")
-            zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
-            last = leaves.get(leaf, (1, None))
-            norm = number_of(after.get("norm")) if isinstance(after, dict) else None
-            leaves[leaf] = (1 if zeroed else last[0] + 1, last[1] if norm is None else norm)
-        return Carry(number, tuple((k, c, n) for k, (c, n) in leaves.items()), tuple(diagnoses))
-
-    def feed(self, model: SessionModel) -> None:
-        """Bring a fresh model to where it was after pass ``number``: each leaf's count of
-        passes since it was zeroed and its latest norm, and the diagnoses so far."""
-        if self.leaves:
-            model.restore_leaves({leaf: count for leaf, count, _ in self.leaves},
-                                 {leaf: norm for leaf, _, norm in self.leaves if norm is not None})
-        for event in self.diagnoses:
-            model.apply(event)

@@ -29,6 +29,7 @@ from backstep.tui.replay import Replay
 from backstep.tui.status import REASONS, StatusLine
 
 SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
+FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
 
@@ -146,14 +147,18 @@ class ReplayApp(BackstepApp):
         self._post()
         if self.replay.index.done:
             self._indexed()
-        else:  # a large trace: the rest is indexed in slices between keys
-            self._scanning = self.set_interval(0.02, self._scan_more)
+        # a large trace: the rest is indexed, then each pass's leaves folded (so that g to any
+        # pass opens at once), in slices between keys
+        self._scanning = self.set_interval(0.02, self._scan_more)
 
     def _scan_more(self) -> None:
-        if self.replay.index.scan(SCAN_SLICE):
+        index = self.replay.index
+        if not index.done:
+            if index.scan(SCAN_SLICE):
+                self._indexed()
+            self._refresh_status()
+        elif self.replay.carries.work(FOLD_SLICE):
             self._scanning.stop()
-            self._indexed()
-        self._refresh_status()
 
     def _indexed(self) -> None:
         """The whole file is indexed: say what it holds, and what is wrong with it."""

@@ -1,0 +1,151 @@
+"""What earlier passes of a trace leave behind for a later one: each leaf's ``.grad`` state.
+
+A pass opened in a replay starts from where the passes before it left the leaves (how many
+passes have accumulated into each since it was zeroed, and its latest norm) and the diagnoses so
+far. That is a fold over every earlier pass's ``accumulate`` lines: seconds for hundreds of
+passes. ``CarryLog`` folds each pass once, in pass order, in slices while the UI idles (or on
+demand), and remembers the state after every ``EVERY``-th pass as three flat arrays (bytes per
+leaf, no events), so opening any pass folds at most ``EVERY - 1`` passes. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+from backstep.traces.index import TraceIndex
+from backstep.tui.model import SessionModel
+from backstep.tui.snapshot import number as number_of
+
+EVERY = 4  # remember the state after every 4th pass: ~13 bytes per leaf each
+KINDS = {"accumulate", "diagnosis"}
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What the model keeps from earlier passes: how many passes have accumulated into each
+    leaf since it was zeroed and its latest ``.grad`` norm, and the diagnoses so far."""
+
+    leaves: tuple[tuple[str, int, float | None], ...] = ()
+    diagnoses: tuple[dict[str, Any], ...] = ()
+
+    def feed(self, model: SessionModel) -> None:
+        """Bring a fresh model to where it was after the passes folded into this carry."""
+        if self.leaves:
+            model.restore_leaves({leaf: count for leaf, count, _ in self.leaves},
+                                 {leaf: norm for leaf, _, norm in self.leaves if norm is not None})
+        for event in self.diagnoses:
+            model.apply(event)
+
+
+class _State:
+    """The fold's running state, one slot per leaf (slots shared through ``names``)."""
+
+    def __init__(self, names: list[str], slots: dict[str, int]) -> None:
+        self.names, self.slots = names, slots
+        self.counts = array("i")
+        self.norms = array("d")
+        self.seen = bytearray()  # 0: not yet accumulated, 1: no norm yet, 2: has a norm
+        self.diagnoses = 0  # how many of the log's diagnoses are folded in
+
+    def copy(self) -> _State:
+        state = _State(self.names, self.slots)
+        state.counts, state.norms = array("i", self.counts), array("d", self.norms)
+        state.seen, state.diagnoses = bytearray(self.seen), self.diagnoses
+        return state
+
+    def fold(self, events: list[dict[str, Any]], diagnoses: list[dict[str, Any]] | None) -> None:
+        """Fold one pass's events in; its diagnoses go onto ``diagnoses`` (None: already
+        logged, only counted)."""
+        for event in events:
+            if event.get("event") == "diagnosis":
+                if diagnoses is not None:
+                    diagnoses.append(event)
+                self.diagnoses += 1
+                continue
+            leaf = event.get("leaf")
+            if not isinstance(leaf, str):
+                continue
+            slot = self.slots.get(leaf)
+            if slot is None:
+                slot = self.slots[leaf] = len(self.names)
+                self.names.append(leaf)
+            while len(self.seen) <= slot:
+                self.counts.append(1)
+                self.norms.append(0.0)
+                self.seen.append(0)
+            before, after = event.get("before"), event.get("after")
+            zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
+            count = 1 if self.seen[slot] == 0 else self.counts[slot]
+            self.counts[slot] = 1 if zeroed else count + 1
+            norm = number_of(after.get("norm")) if isinstance(after, dict) else None
+            if norm is not None:
+                self.norms[slot] = norm
+                self.seen[slot] = 2
+            elif self.seen[slot] == 0:
+                self.seen[slot] = 1
+
+    def carry(self, diagnoses: list[dict[str, Any]]) -> Carry:
+        leaves = tuple((self.names[i], self.counts[i], self.norms[i] if seen == 2 else None)
+                       for i, seen in enumerate(self.seen) if seen)
+        return Carry(leaves, tuple(diagnoses[: self.diagnoses]))
+
+
+class CarryLog:
+    """Each pass's carry, folded once in pass order and remembered every ``EVERY`` passes."""
+
+    def __init__(self, index: TraceIndex) -> None:
+        self.index = index
+        self._names: list[str] = []
+        self._slots: dict[str, int] = {}
+        self._diagnoses: list[dict[str, Any]] = []
+        self._state = _State(self._names, self._slots)  # after the first ``_folded`` passes
+        self._folded = 0
+        self._marks: dict[int, _State] = {0: self._state.copy()}  # passes folded -> state
+
+    @property
+    def done(self) -> bool:
+        """Every pass of a wholly indexed file is folded."""
+        return self.index.done and self._folded >= len(self.index.numbers())
+
+    def _foldable(self, i: int) -> bool:
+        numbers = self.index.numbers()
+        return i < len(numbers) and (self.index.done or self.index.passes[numbers[i]].complete)
+
+    def _fold_next(self) -> None:
+        number = self.index.numbers()[self._folded]
+        self._state.fold(self.index.read_kinds(number, KINDS), self._diagnoses)
+        self._folded += 1
+        if self._folded % EVERY == 0:
+            self._marks[self._folded] = self._state.copy()
+
+    def work(self, budget: float) -> bool:
+        """Fold passes for about ``budget`` seconds (between keys); True when all are."""
+        end = time.perf_counter() + budget
+        while self._foldable(self._folded):
+            self._fold_next()
+            if time.perf_counter() >= end:
+                break
+        return self.done
+
+    def before(self, number: int) -> Carry:
+        """What the passes before pass ``number`` (in number order) leave behind."""
+        numbers = self.index.numbers()
+        count = bisect.bisect_left(numbers, number)  # passes to fold
+        if not self.index.done and (count == len(numbers) or not all(
+                self._foldable(i) for i in range(self._folded, count))):
+            self.index.scan()  # passes not (wholly) indexed yet: index the rest first
+            numbers = self.index.numbers()
+            count = bisect.bisect_left(numbers, number)
+        while self._folded < count:  # the running fold catches up (remembering as it goes)
+            self._fold_next()
+        if count == self._folded:
+            return self._state.carry(self._diagnoses)
+        start = count - count % EVERY
+        state = self._marks[start].copy()
+        for i in range(start, count):
+            state.fold(self.index.read_kinds(numbers[i], KINDS), None)
+        return state.carry(self._diagnoses)

@@ -1,0 +1,106 @@
+"""The leaves a replay carries into a pass are what folding every earlier pass gives, however the
+fold got there: on demand, in slices, from a remembered point, on a partly indexed file."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backstep.traces.index import TraceIndex
+from backstep.tui.carry import EVERY, Carry, CarryLog
+
+PASSES = 3 * EVERY + 3
+
+
+def grad(norm: float | None) -> dict[str, Any] | None:
+    return None if norm is None else {"shape": [2], "dtype": "float32", "norm": norm}
+
+
+def accumulations(number: int) -> list[dict[str, Any]]:
+    """Leaf a every pass (zeroed every third), b with no norm now and then, c from pass 5."""
+    events = [{"event": "accumulate", "pass": number, "leaf": "a",
+               "before": grad(0.0 if number % 3 == 0 else 1.0), "after": grad(number + 0.5)},
+              {"event": "accumulate", "pass": number, "leaf": "b",
+               "before": None if number == 1 else grad(2.0),
+               "after": None if number % 4 == 0 else grad(10.0 * number)}]
+    if number >= 5:
+        events.append({"event": "accumulate", "pass": number, "leaf": "c", "before": None,
+                       "after": grad(float("nan") if number == 7 else 1.0)})
+    if number % 5 == 0:
+        events.append({"event": "diagnosis", "pass": number, "kind": "k", "message": str(number),
+                       "node": number})
+    return events
+
+
+def write(path: Path) -> Path:
+    lines: list[dict[str, Any]] = [{"event": "session", "version": 1, "argv": ["x"]}]
+    for number in range(1, PASSES + 1):
+        lines.append({"event": "pass_begin", "pass": number, "api": "backward", "nodes": []})
+        lines += accumulations(number)
+        lines.append({"event": "pass_end", "pass": number, "status": "ok", "skipped": []})
+    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in lines))
+    return path
+
+
+def reference(number: int) -> Carry:
+    """The plain fold, pass after pass, of everything before pass ``number``."""
+    leaves: dict[str, tuple[int, float | None]] = {}
+    diagnoses = []
+    for n in range(1, number):
+        for event in accumulations(n):
+            if event["event"] == "diagnosis":
+                diagnoses.append(event)
+                continue
+            before, after = event["before"], event["after"]
+            zeroed = before is None or before["norm"] == 0.0
+            last = leaves.get(event["leaf"], (1, None))
+            norm = after["norm"] if after is not None else None
+            leaves[event["leaf"]] = (1 if zeroed else last[0] + 1,
+                                     last[1] if norm is None else norm)
+    return Carry(tuple((k, c, n) for k, (c, n) in leaves.items()), tuple(diagnoses))
+
+
+def same(a: Carry, b: Carry) -> bool:
+    """Equal, NaN norms included."""
+    def norms(c: Carry) -> list[Any]:
+        return [(k, n, "nan" if m != m else m) for k, n, m in c.leaves]  # noqa: PLR0124
+    return norms(a) == norms(b) and a.diagnoses == b.diagnoses
+
+
+@pytest.fixture()
+def trace(tmp_path: Path) -> Path:
+    return write(tmp_path / "t.jsonl")
+
+
+def test_on_demand_in_any_order_matches_the_plain_fold(trace: Path) -> None:
+    numbers = list(range(1, PASSES + 2))
+    random.Random(0).shuffle(numbers)
+    with TraceIndex(trace) as index:
+        log = CarryLog(index)
+        for number in numbers:
+            assert same(log.before(number), reference(number)), number
+        assert log.done
+
+
+def test_folded_in_slices_then_read_from_remembered_points(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        log = CarryLog(index)
+        while not log.work(0.0):  # one pass per slice
+            pass
+        assert len(log._marks) == PASSES // EVERY + 1  # the state every EVERY passes, no more
+        for number in range(PASSES + 1, 0, -1):
+            assert same(log.before(number), reference(number)), number
+        assert reference(PASSES).leaves[1][2] == 10.0 * (PASSES - 1)  # the fold is not trivial
+
+
+def test_a_partly_indexed_file_is_indexed_before_folding_an_unfinished_pass(trace: Path) -> None:
+    with TraceIndex(trace, partial=True) as index:
+        log = CarryLog(index)
+        assert not index.done
+        assert not log.work(1.0)  # only what is indexed so far
+        assert same(log.before(PASSES), reference(PASSES))
+        assert index.done
