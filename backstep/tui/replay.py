@@ -47,7 +47,7 @@ class PassTimeline:
     def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
         self.index = index
-        lines = index.passes[number]
+        lines = index.pass_lines(number)
         self._lines = lines
         begin: dict[str, Any] = {}
         if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE:
@@ -210,7 +210,7 @@ class Replay:
         if pos is None:
             return 0
         passes = self.index.passes
-        lines = passes[pos.number]
+        lines = self.index.pass_lines(pos.number)
         k = pos.k + 1 if pos.after else pos.k
         if self._node_starts[0] != pos.number:
             self._node_starts = (pos.number, [
@@ -219,8 +219,8 @@ class Replay:
         nodes = self._node_starts[1]
         if k < len(nodes):
             return nodes[k]
-        end = lines.ends[-1] if len(lines.ends) else 0
-        later = [passes[n].starts[0] for n in self.numbers if n > pos.number]
+        end = passes[pos.number].last
+        later = [passes[n].first for n in self.numbers if n > pos.number]
         if not later:
             return self.index.size() if self.index.done else end
         return max(end, later[0])
