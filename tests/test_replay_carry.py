@@ -104,3 +104,27 @@ def test_a_partly_indexed_file_is_indexed_before_folding_an_unfinished_pass(trac
         assert not log.work(1.0)  # only what is indexed so far
         assert same(log.before(PASSES), reference(PASSES))
         assert index.done
+
+
+def test_a_snapshot_keeps_the_leaf_norms_of_its_moment() -> None:
+    """Snapshots share one history of norms (no copy per accumulation): each still reads the
+    norms as they were when it was made, in first-seen order, across passes."""
+    from backstep.tui.model import SessionModel
+
+    model = SessionModel()
+    seen: list[dict[str, float]] = []
+    shown = []
+    for number, leaves in ((1, [("a", 1.0), ("b", 2.0)]), (2, [("b", 3.0), ("c", 4.0)]),
+                           (3, [("a", 5.0)])):
+        model.apply({"event": "pass_begin", "pass": number, "nodes": []})
+        for leaf, norm in leaves:
+            model.apply({"event": "accumulate", "pass": number, "leaf": leaf, "before": None,
+                         "after": grad(norm)})
+            shown.append(model.snapshot().leaf_norms)
+            seen.append(dict(shown[-1]))
+        model.apply({"event": "pass_end", "pass": number, "status": "ok", "skipped": []})
+    assert seen == [{"a": 1.0}, {"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 3.0},
+                    {"a": 1.0, "b": 3.0, "c": 4.0}, {"a": 5.0, "b": 3.0, "c": 4.0}]
+    assert [list(s) for s in shown] == [list(d) for d in seen]  # first-seen order
+    assert [dict(s) for s in shown] == seen  # made later, read now: still their own moment
+    assert "c" not in shown[2] and shown[2].get("c") is None and len(shown[2]) == 2

@@ -22,6 +22,7 @@ from backstep.tui.snapshot import number as number_of
 
 EVERY = 4  # remember the state after every 4th pass: ~13 bytes per leaf each
 KINDS = {"accumulate", "diagnosis"}
+RECENT = 2  # states asked for lately, kept too: ] folds one pass onto the last one
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class CarryLog:
         self._state = _State(self._names, self._slots)  # after the first ``_folded`` passes
         self._folded = 0
         self._marks: dict[int, _State] = {0: self._state.copy()}  # passes folded -> state
+        self._recent: dict[int, _State] = {}  # the last few asked for, oldest first
 
     @property
     def done(self) -> bool:
@@ -145,7 +147,12 @@ class CarryLog:
         if count == self._folded:
             return self._state.carry(self._diagnoses)
         start = count - count % EVERY
-        state = self._marks[start].copy()
+        near = [k for k in self._recent if start <= k <= count]  # ] from the pass before
+        start = max(near, default=start)
+        state = (self._recent[start] if start in self._recent else self._marks[start]).copy()
         for i in range(start, count):
             state.fold(self.index.read_kinds(numbers[i], KINDS), None)
+        self._recent[count] = state
+        while len(self._recent) > RECENT:
+            del self._recent[next(iter(self._recent))]
         return state.carry(self._diagnoses)

@@ -106,6 +106,11 @@ class PassTimeline:
                 continue
             event = self._line(i)
             if kinds[i] == NODE_CODE:
+                # made once for both events: the stop and the node's record share them
+                for key in ("grad_outputs", "grad_inputs"):
+                    if isinstance(event.get(key), list):
+                        event[key] = _summaries(event[key])
+                event["saved"] = _saved(event.get("saved"))
                 k = len(self._snaps)
                 self.model.apply(self._stop_event(k, event, "pass_start" if k == 0 else "step"))
                 self._snaps.append(self.model.snapshot())
