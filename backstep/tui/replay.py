@@ -12,6 +12,7 @@ Stdlib only (no textual, no torch).
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from typing import Any
 
 from backstep.traces.index import KINDS, TraceIndex
 from backstep.tui.carry import Carry, CarryLog
+from backstep.tui.graphlayout import layout_of
 from backstep.tui.model import SessionModel, _saved
 from backstep.tui.snapshot import Graph, Snapshot, Stop, _summaries
 
@@ -181,6 +183,7 @@ class Replay:
         numbers = index.numbers()
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
+        self._ahead: PassTimeline | None = None  # the next pass, opened while idle
         self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
@@ -200,9 +203,28 @@ class Replay:
 
     def timeline(self, number: int) -> PassTimeline:
         if self._timeline is None or self._timeline.number != number:
-            self._timeline = None  # one pass in memory at a time
-            self._timeline = PassTimeline(self.index, number, self._carry(number))
+            ahead, self._ahead = self._ahead, None
+            self._timeline = None  # one pass in memory at a time (and the next one opened)
+            self._timeline = ahead if ahead is not None and ahead.number == number else \
+                PassTimeline(self.index, number, self._carry(number))
         return self._timeline
+
+    def prepare(self) -> None:
+        """Open the next pass ahead, at its first stop and with its graph laid out, while the
+        person reads this one (the UI calls it when idle): ] then only redraws."""
+        pos = self.position
+        if pos is None:
+            return
+        i = bisect.bisect_right(self.numbers, pos.number)
+        if i >= len(self.numbers) or not self.index.passes[self.numbers[i]].complete:
+            return
+        number = self.numbers[i]
+        if self._ahead is None or self._ahead.number != number:
+            self._ahead = None
+            ahead = PassTimeline(self.index, number, self._carry(number))
+            ahead.at(0)
+            layout_of(ahead.graph)
+            self._ahead = ahead
 
     def _carry(self, number: int) -> Carry:
         """What earlier passes leave behind (folded once, remembered every few passes)."""

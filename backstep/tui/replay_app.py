@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from backstep.traces.index import TraceIndex
@@ -30,6 +31,7 @@ from backstep.tui.status import REASONS, StatusLine
 
 SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
+AHEAD_AFTER = 0.15  # seconds idle after a move before the next pass is opened ahead
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
 
@@ -122,6 +124,7 @@ class ReplayApp(BackstepApp):
         self.against = against
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._output_shown = 0  # output events in the console: those printed before the cursor
+        self._ahead: Timer | None = None  # opens the next pass once the person is reading
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -179,6 +182,18 @@ class ReplayApp(BackstepApp):
     def _post(self) -> None:
         self.post_message(SnapshotReady(self.replay.snapshot()))
         self._show_output()
+        if self._ahead is not None:
+            self._ahead.stop()
+        self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
+
+    def _prepare(self) -> None:
+        if self._scanning_done():
+            self.replay.prepare()
+        else:  # still indexing: try again later
+            self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
+
+    def _scanning_done(self) -> bool:
+        return self.replay.index.done and self.replay.carries.done
 
     def _show_output(self) -> None:
         """The console holds what the script printed before the step shown (when the trace
