@@ -36,12 +36,25 @@ def accumulations(number: int) -> list[dict[str, Any]]:
     return events
 
 
-def write(path: Path) -> Path:
-    lines: list[dict[str, Any]] = [{"event": "session", "version": 1, "argv": ["x"]}]
+def write(path: Path, interleaved: bool = False) -> Path:
+    """The trace; ``interleaved``: passes 2k and 2k+1 line by line (two threads), the later
+    one ending first."""
+    passes = []
     for number in range(1, PASSES + 1):
-        lines.append({"event": "pass_begin", "pass": number, "api": "backward", "nodes": []})
-        lines += accumulations(number)
-        lines.append({"event": "pass_end", "pass": number, "status": "ok", "skipped": []})
+        passes.append([{"event": "pass_begin", "pass": number, "api": "backward", "nodes": []},
+                       *accumulations(number),
+                       {"event": "pass_end", "pass": number, "status": "ok", "skipped": []}])
+    lines: list[dict[str, Any]] = [{"event": "session", "version": 1, "argv": ["x"]}]
+    lines += passes[0]
+    for k in range(1, PASSES, 2):
+        pair = passes[k:k + 2]
+        if not interleaved or len(pair) < 2:
+            lines += [e for p in pair for e in p]
+            continue
+        a, b = pair[0], pair[1][:-1]
+        lines += [e for i in range(max(len(a), len(b))) for e in (a[i:i + 1] + b[i:i + 1])
+                  if e["event"] != "pass_end"]
+        lines += [pair[1][-1], a[-1]]
     path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in lines))
     return path
 
@@ -104,6 +117,24 @@ def test_a_partly_indexed_file_is_indexed_before_folding_an_unfinished_pass(trac
         assert not log.work(1.0)  # only what is indexed so far
         assert same(log.before(PASSES), reference(PASSES))
         assert index.done
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_passes_folded_as_the_scan_finds_them(tmp_path: Path, interleaved: bool) -> None:
+    """While the file is indexed in slices, each pass is folded when it ends (in pass order,
+    two threads' passes too), from the lines the scan found: nothing is read twice."""
+    path = write(tmp_path / "t.jsonl", interleaved)
+    with TraceIndex(path, partial=True) as index:
+        log = CarryLog(index)
+        reads: list[int] = []
+        real = index.read_kinds
+        index.read_kinds = lambda n, kinds: reads.append(n) or real(n, kinds)  # type: ignore
+        while not index.scan(300):
+            assert all(n > log._folded for n in log._lines)  # buffered: not folded yet
+        assert log.work(None)
+        assert reads == [1]  # only the pass indexed before the log was made
+        for number in range(1, PASSES + 2):
+            assert same(log.before(number), reference(number)), number
 
 
 def test_a_snapshot_keeps_the_leaf_norms_of_its_moment() -> None:

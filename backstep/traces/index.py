@@ -20,6 +20,7 @@ import mmap
 import os
 import re
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,8 @@ class TraceIndex:
         self._pos = 0
         self._first = True
         self._numbers: list[int] = []
+        # told of each line of a pass as the scan finds it: (kind, pass, start, end)
+        self.watch: Callable[[str, int, int, int], None] | None = None
         # the script's output (``output`` events, no pass): where each line is, in file order
         self.output_starts = array("q")
         self.output_ends = array("q")
@@ -160,7 +163,8 @@ class TraceIndex:
                 if kind != "session":
                     self.problems.append("no session line at the start")
             if kind in _CODE and isinstance(number, int):
-                self._add(kind, number, start, end)
+                if self._add(kind, number, start, end) and self.watch is not None:
+                    self.watch(kind, number, start, end)
                 if until_pass and kind == "pass_end":
                     start = end
                     break
@@ -202,18 +206,21 @@ class TraceIndex:
             shown = ", ".join(str(n) for n in open_passes[:5])
             self.problems.append(f"pass {shown} did not finish (the run stopped during it)")
 
-    def _add(self, kind: str, number: int, start: int, end: int) -> None:
+    def _add(self, kind: str, number: int, start: int, end: int) -> bool:
         index = self.passes.get(number)
         if kind == "pass_begin":
+            if index is None:
+                bisect.insort(self._numbers, number)
             index = self.passes[number] = PassIndex(number, start)  # parsed when read
         elif index is None:
             self._orphans += 1
-            return
+            return False
         if kind == "pass_end":
             index.complete = True
         elif kind == "node":
             index.steps += 1
         index.last = end
+        return True
 
     def _head(self, start: int, end: int) -> tuple[str | None, int | None]:
         """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
@@ -322,6 +329,11 @@ class TraceIndex:
                           (text if isinstance(text, str) else "")
                           + ("\n[output truncated]\n" if event.get("truncated") else "")))
         return texts[:count]
+
+    @property
+    def scanned(self) -> int:
+        """How far into the file the scan has got (bytes)."""
+        return self._pos
 
     def size(self) -> int:
         return len(self._map)

@@ -11,6 +11,7 @@ leaf, no events), so opening any pass folds at most ``EVERY - 1`` passes. Stdlib
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from array import array
 from dataclasses import dataclass
@@ -107,6 +108,31 @@ class CarryLog:
         self._folded = 0
         self._marks: dict[int, _State] = {0: self._state.copy()}  # passes folded -> state
         self._recent: dict[int, _State] = {}  # the last few asked for, oldest first
+        # while the file is still being indexed, the scan hands over each pass's accumulate
+        # and diagnosis lines as it finds them, and a pass is folded when it ends: no pass
+        # is looked for twice. Passes indexed before this are read from the file.
+        self._from = index.scanned
+        self._lines: dict[int, array[int]] = {}  # start, end, start, end, ...
+        if not index.done:
+            index.watch = self._watch
+
+    def _watch(self, kind: str, number: int, start: int, end: int) -> None:
+        if kind in KINDS:
+            self._lines.setdefault(number, array("q")).extend((start, end))
+        elif kind == "pass_end":
+            self.work(None)
+
+    def _events(self, number: int) -> list[dict[str, Any]]:
+        """One pass's accumulate and diagnosis events, in order."""
+        lines = self._lines.pop(number, None)
+        if self.index.passes[number].first < self._from:
+            return self.index.read_kinds(number, KINDS)
+        events = []
+        for i in range(0, len(lines) if lines is not None else 0, 2):
+            event = self.index.event_at(lines[i], lines[i + 1])  # type: ignore[index]
+            if event is not None:
+                events.append(event)
+        return events
 
     @property
     def done(self) -> bool:
@@ -119,18 +145,21 @@ class CarryLog:
 
     def _fold_next(self) -> None:
         number = self.index.numbers()[self._folded]
-        self._state.fold(self.index.read_kinds(number, KINDS), self._diagnoses)
+        self._state.fold(self._events(number), self._diagnoses)
         self._folded += 1
         if self._folded % EVERY == 0:
             self._marks[self._folded] = self._state.copy()
 
-    def work(self, budget: float) -> bool:
-        """Fold passes for about ``budget`` seconds (between keys); True when all are."""
-        end = time.perf_counter() + budget
+    def work(self, budget: float | None) -> bool:
+        """Fold passes for about ``budget`` seconds (None: all that can be); True when all
+        are."""
+        end = math.inf if budget is None else time.perf_counter() + budget
         while self._foldable(self._folded):
             self._fold_next()
             if time.perf_counter() >= end:
                 break
+        if self.index.done:
+            self.index.watch = None
         return self.done
 
     def before(self, number: int) -> Carry:

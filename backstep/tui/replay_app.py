@@ -29,7 +29,7 @@ from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
 from backstep.tui.status import REASONS, StatusLine
 
-SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
+SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
 AHEAD_AFTER = 0.15  # seconds idle after a move before the next pass is opened ahead
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
