@@ -173,7 +173,7 @@ async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace
         async with app.run_test(size=(140, 42)) as pilot:
             await press(pilot, "n")
             await pilot.pause(0.4)  # idle: pass 2 is opened ahead
-            ahead = app.replay._ahead
+            ahead = app.replay._ahead.get(2)
             assert ahead is not None and ahead.number == 2
             await press(pilot, "right_square_bracket")
             assert app.replay.timeline(2) is ahead and app.snapshot.pass_.number == 2

@@ -179,7 +179,7 @@ class GraphLayout:
 
 
 _LAID_OUT: list[GraphLayout] = []  # the latest few, newest last
-KEEP = 2
+KEEP = 3  # the pass shown and the two beside it, opened ahead
 
 
 def layout_of(graph: Graph) -> GraphLayout:

@@ -183,7 +183,7 @@ class Replay:
         numbers = index.numbers()
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
-        self._ahead: PassTimeline | None = None  # the next pass, opened while idle
+        self._ahead: dict[int, PassTimeline] = {}  # the next and previous passes, opened idle
         self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
@@ -203,28 +203,35 @@ class Replay:
 
     def timeline(self, number: int) -> PassTimeline:
         if self._timeline is None or self._timeline.number != number:
-            ahead, self._ahead = self._ahead, None
-            self._timeline = None  # one pass in memory at a time (and the next one opened)
-            self._timeline = ahead if ahead is not None and ahead.number == number else \
-                PassTimeline(self.index, number, self._carry(number))
+            ahead = self._ahead.pop(number, None)
+            self._timeline = None  # one pass in memory at a time (and its neighbours opened)
+            self._timeline = ahead or PassTimeline(self.index, number, self._carry(number))
+            i = bisect.bisect_left(self.numbers, number)
+            beside = set(self.numbers[max(i - 1, 0):i + 2])
+            for other in [n for n in self._ahead if n not in beside]:
+                del self._ahead[other]
         return self._timeline
 
-    def prepare(self) -> None:
-        """Open the next pass ahead, at its first stop and with its graph laid out, while the
-        person reads this one (the UI calls it when idle): ] then only redraws."""
+    def prepare(self) -> bool:
+        """Open the next pass, then the previous one, ahead: at its first stop, its graph laid
+        out, while the person reads this one (the UI calls it when idle): ] and [ then only
+        redraw. One pass per call; False when there is nothing left to open."""
         pos = self.position
         if pos is None:
-            return
-        i = bisect.bisect_right(self.numbers, pos.number)
-        if i >= len(self.numbers) or not self.index.passes[self.numbers[i]].complete:
-            return
-        number = self.numbers[i]
-        if self._ahead is None or self._ahead.number != number:
-            self._ahead = None
+            return False
+        i = bisect.bisect_left(self.numbers, pos.number)
+        for j in (i + 1, i - 1):
+            if not 0 <= j < len(self.numbers):
+                continue
+            number = self.numbers[j]
+            if number in self._ahead or not self.index.passes[number].complete:
+                continue
             ahead = PassTimeline(self.index, number, self._carry(number))
             ahead.at(0)
             layout_of(ahead.graph)
-            self._ahead = ahead
+            self._ahead[number] = ahead
+            return True
+        return False
 
     def _carry(self, number: int) -> Carry:
         """What earlier passes leave behind (folded once, remembered every few passes)."""

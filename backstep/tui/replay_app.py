@@ -187,9 +187,7 @@ class ReplayApp(BackstepApp):
         self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
 
     def _prepare(self) -> None:
-        if self._scanning_done():
-            self.replay.prepare()
-        else:  # still indexing: try again later
+        if not self._scanning_done() or self.replay.prepare():  # again, until nothing is left
             self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
 
     def _scanning_done(self) -> bool:
