@@ -184,6 +184,7 @@ class Replay:
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
         self._ahead: dict[int, PassTimeline] = {}  # the next and previous passes, opened idle
+        self._heading = 1  # the way the cursor last went from pass to pass
         self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
@@ -204,7 +205,10 @@ class Replay:
     def timeline(self, number: int) -> PassTimeline:
         if self._timeline is None or self._timeline.number != number:
             ahead = self._ahead.pop(number, None)
-            self._timeline = None  # one pass in memory at a time (and its neighbours opened)
+            old, self._timeline = self._timeline, None
+            if old is not None and len(old._snaps) <= 1:  # left at its start: kept as opened
+                self._ahead[old.number] = old
+            old = None  # one pass in memory at a time (and its neighbours opened)
             self._timeline = ahead or PassTimeline(self.index, number, self._carry(number))
             i = bisect.bisect_left(self.numbers, number)
             beside = set(self.numbers[max(i - 1, 0):i + 2])
@@ -220,7 +224,7 @@ class Replay:
         if pos is None:
             return False
         i = bisect.bisect_left(self.numbers, pos.number)
-        for j in (i + 1, i - 1):
+        for j in (i + self._heading, i - self._heading):  # the way the person is going first
             if not 0 <= j < len(self.numbers):
                 continue
             number = self.numbers[j]
@@ -276,6 +280,8 @@ class Replay:
     # -- moving ----------------------------------------------------------------------------
 
     def _go(self, position: Position, reason: tuple[str, str | None] | None = None) -> bool:
+        if self.position is not None and position.number != self.position.number:
+            self._heading = 1 if position.number > self.position.number else -1
         self.position, self._reason = position, reason
         return True
 
