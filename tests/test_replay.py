@@ -185,7 +185,7 @@ def test_a_pass_is_parsed_only_as_far_as_the_cursor_went(run) -> None:
         index.event_at = counting  # type: ignore[method-assign]
         replay = Replay(index)
         replay.snapshot()
-        first = index.passes[index.numbers()[0]]
+        first = index.pass_lines(index.numbers()[0])
         assert parsed == list(first.starts[:2])  # its pass_begin and its first node, no more
         replay.step(1)
         replay.snapshot()

@@ -153,5 +153,32 @@ async def test_help_lists_the_replay_keys(trace: Path) -> None:
             await pilot.pause()
             await press(pilot, "question_mark")
             assert isinstance(app.screen, ReplayHelp)
+            text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+            for key, what in (("[ / ]", "the next pass"), ("c / C", "previous breakpoint"),
+                              ("g", "go to a pass"), ("n / p", "across passes")):
+                assert any(key in line and what in line for line in text.splitlines()), key
             await press(pilot, "escape")
             assert not isinstance(app.screen, ReplayHelp)
+
+
+@pilot
+async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace: Path) -> None:
+    """While the person reads a pass, the next one is opened ahead; ] then shows it, and it is
+    exactly what ] shows without it (the leaves carried, the graph, the stop)."""
+    from backstep.tui.replay import Replay
+    from tests.test_replay import panels
+
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await press(pilot, "n")
+            await pilot.pause(0.4)  # idle: pass 2 is opened ahead
+            ahead = app.replay._ahead.get(2)
+            assert ahead is not None and ahead.number == 2
+            await press(pilot, "right_square_bracket")
+            assert app.replay.timeline(2) is ahead and app.snapshot.pass_.number == 2
+            shown = app.snapshot
+        with TraceIndex(trace) as fresh:
+            cold = Replay(fresh)
+            assert cold.pass_(1)
+            assert panels(shown) == panels(cold.snapshot())

@@ -69,6 +69,27 @@ def test_passes_interleaved_line_by_line_read_apart(traces: dict[str, Path],
             assert index.read(number).events == plain.read(number).events
 
 
+def test_a_pass_read_while_the_file_is_still_being_indexed_grows_as_it_is(
+        traces: dict[str, Path]) -> None:
+    """The index keeps a byte range per pass, not per line; the lines found in it for a pass
+    read halfway through the scan are found again once the scan has gone further."""
+    path = traces["full"]
+    with TraceIndex(path) as plain:
+        want = {n: plain.read(n).events for n in plain.numbers()}
+    with TraceIndex(path, partial=True) as index:
+        seen: dict[int, int] = {}
+        while True:
+            for number in index.numbers():
+                got = index.read(number).events
+                assert got == want[number][:len(got)]
+                assert len(got) >= seen.get(number, 0)
+                seen[number] = len(got)
+            if index.scan(256):
+                break
+        assert {n: index.read(n).events for n in index.numbers()} == want
+        assert all(not hasattr(p, "starts") for p in index.passes.values())
+
+
 def test_a_cut_off_last_line_opens_the_rest_and_says_so(traces: dict[str, Path],
                                                       tmp_path: Path) -> None:
     data = traces["full"].read_bytes()

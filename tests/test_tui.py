@@ -411,7 +411,10 @@ async def test_help_opens_and_closes() -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        assert "finish the current pass" in screen_text(app)
+        text = screen_text(app)
+        assert "finish the current pass" in text
+        assert "back across passes" in line_with(text, "p ", "step back")
+        assert "of the next pass" in line_with(text, "[ / ]", "review")
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)

@@ -20,6 +20,7 @@ import mmap
 import os
 import re
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from backstep.protocol import VERSION
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
 KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
+LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
 
 
 class TraceError(Exception):
@@ -37,14 +39,23 @@ class TraceError(Exception):
 
 @dataclass
 class PassIndex:
-    """Where one pass's events are in the file, and what its ``pass_begin`` line says."""
+    """Where one pass's lines are in the file: the byte range from its ``pass_begin`` to its
+    last line (other passes' lines may interleave), a few bytes per pass however long it is."""
 
     number: int
-    starts: array = field(default_factory=lambda: array("q"))
-    ends: array = field(default_factory=lambda: array("q"))
-    kinds: bytearray = field(default_factory=bytearray)  # KINDS code of each line
+    first: int = 0  # where its pass_begin line starts
+    last: int = 0  # where its last line seen so far ends
     complete: bool = False
     steps: int = 0
+
+
+@dataclass
+class PassLines:
+    """One pass's lines, in file order: byte offsets and the KINDS code of each."""
+
+    starts: array = field(default_factory=lambda: array("q"))
+    ends: array = field(default_factory=lambda: array("q"))
+    kinds: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
@@ -85,10 +96,13 @@ class TraceIndex:
         self._pos = 0
         self._first = True
         self._numbers: list[int] = []
+        # told of each line of a pass as the scan finds it: (kind, pass, start, end)
+        self.watch: Callable[[str, int, int, int], None] | None = None
         # the script's output (``output`` events, no pass): where each line is, in file order
         self.output_starts = array("q")
         self.output_ends = array("q")
         self._output_texts: list[tuple[str, str]] = []  # parsed so far, in order
+        self._lines: dict[int, tuple[tuple[int, int], PassLines]] = {}  # the latest few
         self.done = False
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
@@ -149,7 +163,8 @@ class TraceIndex:
                 if kind != "session":
                     self.problems.append("no session line at the start")
             if kind in _CODE and isinstance(number, int):
-                self._add(kind, number, start, end)
+                if self._add(kind, number, start, end) and self.watch is not None:
+                    self.watch(kind, number, start, end)
                 if until_pass and kind == "pass_end":
                     start = end
                     break
@@ -191,20 +206,33 @@ class TraceIndex:
             shown = ", ".join(str(n) for n in open_passes[:5])
             self.problems.append(f"pass {shown} did not finish (the run stopped during it)")
 
-    def _add(self, kind: str, number: int, start: int, end: int) -> None:
+    def _add(self, kind: str, number: int, start: int, end: int) -> bool:
         index = self.passes.get(number)
         if kind == "pass_begin":
-            index = self.passes[number] = PassIndex(number)  # parsed when read
+            if index is None:
+                bisect.insort(self._numbers, number)
+            index = self.passes[number] = PassIndex(number, start)  # parsed when read
         elif index is None:
             self._orphans += 1
-            return
+            return False
         if kind == "pass_end":
             index.complete = True
         elif kind == "node":
             index.steps += 1
-        index.starts.append(start)
-        index.ends.append(end)
-        index.kinds.append(_CODE[kind])
+        index.last = end
+        return True
+
+    def _head(self, start: int, end: int) -> tuple[str | None, int | None]:
+        """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
+        data = self._map
+        match = _HEAD.match(data, start, min(end, start + 64))
+        if match is not None and (data[end - 2:end] == b"}\n" or data[end - 1:end] == b"}"):
+            return match.group(1).decode(), int(match.group(2)) if match.group(2) else None
+        event = self._parse(start, end)
+        if event is None:
+            return None, None
+        number = event.get("pass")
+        return event.get("event"), number if isinstance(number, int) else None
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
         try:
@@ -225,12 +253,38 @@ class TraceIndex:
         """Pass numbers in order (so far, while a partial index is still scanning)."""
         return self._numbers
 
+    def pass_lines(self, number: int) -> PassLines:
+        """Where each of one pass's lines is (found again from its byte range; the last few
+        passes asked for are kept)."""
+        index = self.passes[number]
+        key = (index.first, index.last)
+        cached = self._lines.get(number)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = PassLines()
+        data, size = self._map, len(self._map)
+        start = index.first
+        while start < index.last:
+            newline = data.find(b"\n", start)
+            end = size if newline < 0 else newline + 1
+            kind, at = self._head(start, end)
+            if at == number and kind in _CODE:
+                found.starts.append(start)
+                found.ends.append(end)
+                found.kinds.append(_CODE[kind])
+            start = end
+        self._lines.pop(number, None)
+        self._lines[number] = (key, found)
+        while len(self._lines) > LINES_KEPT:
+            del self._lines[next(iter(self._lines))]
+        return found
+
     def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
         """Only the events of these kinds of one pass (e.g. its accumulations), in order."""
-        index = self.passes[number]
+        lines = self.pass_lines(number)
         codes = {_CODE[k] for k in kinds if k in _CODE}
         found = []
-        for start, end, code in zip(index.starts, index.ends, index.kinds, strict=True):
+        for start, end, code in zip(lines.starts, lines.ends, lines.kinds, strict=True):
             if code in codes:
                 event = self._parse(start, end)
                 if event is not None:
@@ -239,11 +293,11 @@ class TraceIndex:
 
     def read(self, number: int) -> Pass:
         """Parse one pass's lines (and only those). Unreadable lines are left out."""
-        index = self.passes[number]
+        lines = self.pass_lines(number)
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
         begin: dict[str, Any] = {}
-        for start, end in zip(index.starts, index.ends, strict=True):
+        for start, end in zip(lines.starts, lines.ends, strict=True):
             event = self._parse(start, end)
             if event is None:
                 continue
@@ -275,6 +329,11 @@ class TraceIndex:
                           (text if isinstance(text, str) else "")
                           + ("\n[output truncated]\n" if event.get("truncated") else "")))
         return texts[:count]
+
+    @property
+    def scanned(self) -> int:
+        """How far into the file the scan has got (bytes)."""
+        return self._pos
 
     def size(self) -> int:
         return len(self._map)

@@ -16,7 +16,7 @@ from textual.widgets.tree import TreeNode
 
 from backstep.tui.fit import LEAF_ROOM, cut_middle, name_and_leaf
 from backstep.tui.format import GLYPHS, cut_left
-from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row
+from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row, layout_of
 from backstep.tui.lighttree import LightTree
 from backstep.tui.snapshot import PassView, Snapshot
 from backstep.tui.status import live_passes
@@ -76,7 +76,7 @@ class GraphPanel(LightTree[Row]):
 
     def _rebuild(self, view: PassView) -> None:
         self.clear()
-        self.layout_ = GraphLayout(view.graph)
+        self.layout_ = layout_of(view.graph)
         self._rows.clear()
         self._containers = {TOP: None}
         self._loaded.clear()

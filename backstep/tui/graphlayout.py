@@ -176,3 +176,19 @@ class GraphLayout:
     def depth_bound(self) -> int:
         """The deepest nesting ``reveal`` can ask for (tests check it stays logarithmic)."""
         return max((len(self.reveal(n)) for n in self.head), default=0)
+
+
+_LAID_OUT: list[GraphLayout] = []  # the latest few, newest last
+KEEP = 3  # the pass shown and the two beside it, opened ahead
+
+
+def layout_of(graph: Graph) -> GraphLayout:
+    """The layout of ``graph``, made once: a replay lays out the next pass's graph ahead,
+    while the person reads the current one, and the graph panel finds it here."""
+    for layout in _LAID_OUT:
+        if layout.graph is graph:
+            return layout
+    layout = GraphLayout(graph)
+    _LAID_OUT.append(layout)
+    del _LAID_OUT[:-KEEP]
+    return layout

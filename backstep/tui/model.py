@@ -8,6 +8,7 @@ of each log it may see, so making one costs O(1) even on a 10,000-node graph.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,6 +21,7 @@ from backstep.tui.snapshot import (
     Diagnosis,
     ExitInfo,
     Graph,
+    LeafNorms,
     LivePass,
     NodeRecord,
     PassLog,
@@ -36,6 +38,7 @@ from backstep.tui.snapshot import (
     _summaries,
     _tuple,
     number,
+    summary_of,
 )
 
 # ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
@@ -44,6 +47,8 @@ REVIEW_EVENTS = 20_000
 
 
 def _saved(value: Any) -> tuple[SavedInfo, ...]:
+    if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
+        return value
     items = []
     for raw in _tuple(value):
         if not isinstance(raw, dict):
@@ -53,10 +58,10 @@ def _saved(value: Any) -> tuple[SavedInfo, ...]:
         size = raw.get("bytes")
         items.append(
             SavedInfo(
-                name=str(raw.get("name", "?")),
-                status=str(raw.get("status", "alive")),
+                name=sys.intern(str(raw.get("name", "?"))),
+                status=sys.intern(str(raw.get("status", "alive"))),
                 shape=tuple(shape) if isinstance(shape, list) else None,
-                dtype=raw.get("dtype") if isinstance(raw.get("dtype"), str) else None,
+                dtype=sys.intern(raw["dtype"]) if isinstance(raw.get("dtype"), str) else None,
                 bytes=size if isinstance(size, int) and not isinstance(size, bool) else 0,
                 version_saved=version.get("saved") if isinstance(version.get("saved"), int) else None,
                 version_now=version.get("now") if isinstance(version.get("now"), int) else None,
@@ -87,7 +92,12 @@ class SessionModel:
         self._snap = Snapshot()
         self._diagnosed: set[tuple[str, int | None, Any]] = set()
         self._zeroed_counts: dict[str, int] = {}
-        self._leaf_norms: dict[str, float] = {}
+        self._leaf_norms: dict[str, float] = {}  # each leaf's latest norm
+        # what snapshots see of it: a base taken at a pass's start and the changes since
+        self._norms_base: Mapping[str, float] = MappingProxyType({})
+        self._norms_when: dict[str, list[int]] = {}
+        self._norms_value: dict[str, list[float]] = {}
+        self._norms_count = 0
         # every pass that began and has not ended (and the shown one): several passes can run
         # at once, each on its own thread, and each keeps its own log
         self._views: dict[int, PassView] = {}
@@ -137,6 +147,7 @@ class SessionModel:
         return replace(self._snap, session=info)
 
     def _on_pass_begin(self, ev: Mapping[str, Any]) -> Snapshot:
+        self._rebase_norms()
         view = PassView(
             number=int(ev["pass"]),
             parent=ev.get("parent") if isinstance(ev.get("parent"), int) else None,
@@ -203,7 +214,7 @@ class SessionModel:
             id=node_id,
             name=str(ev.get("name", "?")),
             grad_outputs=_summaries(ev.get("grad_outputs")),
-            grad_inputs=_summaries(grad_inputs) if isinstance(grad_inputs, list) else None,
+            grad_inputs=_summaries(grad_inputs) if isinstance(grad_inputs, (list, tuple)) else None,
             saved=_saved(ev.get("saved")),
             error=str(ev["error"]) if ev.get("error") else None,
         )
@@ -217,8 +228,8 @@ class SessionModel:
         leaf = ev.get("leaf")
         if view is None or not isinstance(leaf, str):
             return None
-        before = _mapping(ev.get("before"))
-        after = _mapping(ev.get("after"))
+        before = summary_of(ev.get("before"))
+        after = summary_of(ev.get("after"))
         retained = bool(ev.get("retained"))
         zeroed = before is None or number(before.get("norm")) == 0.0
         count = 1 if zeroed else self._zeroed_counts.get(leaf, 1) + 1
@@ -227,6 +238,9 @@ class SessionModel:
             norm = number(after.get("norm"))
             if norm is not None:
                 self._leaf_norms[leaf] = norm
+                self._norms_when.setdefault(leaf, []).append(self._norms_count)
+                self._norms_value.setdefault(leaf, []).append(norm)
+                self._norms_count += 1
         log = view.log
         del log.accumulations[view.accumulated:]
         log.accumulations.append(
@@ -241,7 +255,7 @@ class SessionModel:
             )
         )
         return self._update(replace(view, accumulated=len(log.accumulations)),
-                            leaf_norms=MappingProxyType(dict(self._leaf_norms)))
+                            leaf_norms=self._norms())
 
     def _on_pass_end(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
@@ -266,8 +280,20 @@ class SessionModel:
         passes accumulated into each since it was zeroed, and its latest ``.grad`` norm."""
         self._zeroed_counts.update(counts)
         self._leaf_norms.update(norms)
-        self._snap = replace(self._snap, leaf_norms=MappingProxyType(dict(self._leaf_norms)),
+        self._rebase_norms()
+        self._snap = replace(self._snap, leaf_norms=self._norms(),
                              seq=self._snap.seq + 1)
+
+    def _norms(self) -> LeafNorms:
+        return LeafNorms(self._norms_base, self._norms_when, self._norms_value,
+                         self._norms_count)
+
+    def _rebase_norms(self) -> None:
+        """Start a new history on a copy of the latest norms (once a pass: the history of a
+        long session stays one pass long; older snapshots keep theirs)."""
+        if self._norms_count or len(self._norms_base) != len(self._leaf_norms):
+            self._norms_base = MappingProxyType(dict(self._leaf_norms))
+            self._norms_when, self._norms_value, self._norms_count = {}, {}, 0
 
     def _keep(self, view: PassView) -> None:
         """Remember an ended pass for review, dropping the oldest beyond ``review_cap``."""

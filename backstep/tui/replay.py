@@ -12,17 +12,18 @@ Stdlib only (no textual, no torch).
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from backstep.traces.index import KINDS, TraceIndex
+from backstep.tui.carry import Carry, CarryLog
+from backstep.tui.graphlayout import layout_of
 from backstep.tui.model import SessionModel, _saved
 from backstep.tui.snapshot import Graph, Snapshot, Stop, _summaries
-from backstep.tui.snapshot import number as number_of
 
-CARRY_EVERY = 32
 NODE_CODE = KINDS.index("node")
 BEGIN_CODE = KINDS.index("pass_begin")
 
@@ -48,7 +49,7 @@ class PassTimeline:
     def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
         self.index = index
-        lines = index.passes[number]
+        lines = index.pass_lines(number)
         self._lines = lines
         begin: dict[str, Any] = {}
         if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE:
@@ -107,6 +108,11 @@ class PassTimeline:
                 continue
             event = self._line(i)
             if kinds[i] == NODE_CODE:
+                # made once for both events: the stop and the node's record share them
+                for key in ("grad_outputs", "grad_inputs"):
+                    if isinstance(event.get(key), list):
+                        event[key] = _summaries(event[key])
+                event["saved"] = _saved(event.get("saved"))
                 k = len(self._snaps)
                 self.model.apply(self._stop_event(k, event, "pass_start" if k == 0 else "step"))
                 self._snaps.append(self.model.snapshot())
@@ -177,7 +183,9 @@ class Replay:
         numbers = index.numbers()
         self.position: Position | None = Position(numbers[0], 0) if numbers else None
         self._timeline: PassTimeline | None = None
-        self._carried: dict[int, Carry] = {}
+        self._ahead: dict[int, PassTimeline] = {}  # the next and previous passes, opened idle
+        self._heading = 1  # the way the cursor last went from pass to pass
+        self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
         self._node_starts: tuple[int | None, list[int]] = (None, [])  # of one pass, in order
@@ -196,24 +204,42 @@ class Replay:
 
     def timeline(self, number: int) -> PassTimeline:
         if self._timeline is None or self._timeline.number != number:
-            self._timeline = None  # one pass in memory at a time
-            self._timeline = PassTimeline(self.index, number, self._carry(number))
+            ahead = self._ahead.pop(number, None)
+            old, self._timeline = self._timeline, None
+            if old is not None and len(old._snaps) <= 1:  # left at its start: kept as opened
+                self._ahead[old.number] = old
+            old = None  # one pass in memory at a time (and its neighbours opened)
+            self._timeline = ahead or PassTimeline(self.index, number, self._carry(number))
+            i = bisect.bisect_left(self.numbers, number)
+            beside = set(self.numbers[max(i - 1, 0):i + 2])
+            for other in [n for n in self._ahead if n not in beside]:
+                del self._ahead[other]
         return self._timeline
 
+    def prepare(self) -> bool:
+        """Open the next pass, then the previous one, ahead: at its first stop, its graph laid
+        out, while the person reads this one (the UI calls it when idle): ] and [ then only
+        redraw. One pass per call; False when there is nothing left to open."""
+        pos = self.position
+        if pos is None:
+            return False
+        i = bisect.bisect_left(self.numbers, pos.number)
+        for j in (i + self._heading, i - self._heading):  # the way the person is going first
+            if not 0 <= j < len(self.numbers):
+                continue
+            number = self.numbers[j]
+            if number in self._ahead or not self.index.passes[number].complete:
+                continue
+            ahead = PassTimeline(self.index, number, self._carry(number))
+            ahead.at(0)
+            layout_of(ahead.graph)
+            self._ahead[number] = ahead
+            return True
+        return False
+
     def _carry(self, number: int) -> Carry:
-        """What earlier passes leave behind, folded forward pass by pass from the nearest
-        remembered point (every ``CARRY_EVERY``-th pass and the latest are remembered)."""
-        earlier = [n for n in self.numbers if n < number]
-        if not earlier:
-            return Carry()
-        start = max((n for n in self._carried if n <= earlier[-1]), default=None)
-        carry = self._carried[start] if start is not None else Carry()
-        for last in earlier[earlier.index(start) + 1 if start is not None else 0:]:
-            carry = carry.fold(last, self.index.read_kinds(last, {"accumulate", "diagnosis"}))
-            if earlier.index(last) % CARRY_EVERY == 0:
-                self._carried[last] = carry
-        self._carried[earlier[-1]] = carry
-        return carry
+        """What earlier passes leave behind (folded once, remembered every few passes)."""
+        return self.carries.before(number)
 
     def offset(self) -> int:
         """Where in the file the cursor is: the script's output before it was printed before
@@ -222,7 +248,7 @@ class Replay:
         if pos is None:
             return 0
         passes = self.index.passes
-        lines = passes[pos.number]
+        lines = self.index.pass_lines(pos.number)
         k = pos.k + 1 if pos.after else pos.k
         if self._node_starts[0] != pos.number:
             self._node_starts = (pos.number, [
@@ -231,8 +257,8 @@ class Replay:
         nodes = self._node_starts[1]
         if k < len(nodes):
             return nodes[k]
-        end = lines.ends[-1] if len(lines.ends) else 0
-        later = [passes[n].starts[0] for n in self.numbers if n > pos.number]
+        end = passes[pos.number].last
+        later = [passes[n].first for n in self.numbers if n > pos.number]
         if not later:
             return self.index.size() if self.index.done else end
         return max(end, later[0])
@@ -254,6 +280,8 @@ class Replay:
     # -- moving ----------------------------------------------------------------------------
 
     def _go(self, position: Position, reason: tuple[str, str | None] | None = None) -> bool:
+        if self.position is not None and position.number != self.position.number:
+            self._heading = 1 if position.number > self.position.number else -1
         self.position, self._reason = position, reason
         return True
 
@@ -358,40 +386,3 @@ def _beyond(here: Position, pos: Position, direction: int) -> bool:
     if here.number != pos.number:
         return True
     return a > b if direction > 0 else a < b
-
-
-@dataclass(frozen=True)
-class Carry:
-    """What the model keeps from earlier passes: how many passes have accumulated into each
-    leaf since it was zeroed and its latest ``.grad`` norm (numbers only: a remembered carry
-    holds no events), and the diagnoses so far."""
-
-    number: int = 0
-    leaves: tuple[tuple[str, int, float | None], ...] = ()
-    diagnoses: tuple[dict[str, Any], ...] = ()
-
-    def fold(self, number: int, events: list[dict[str, Any]]) -> Carry:
-        leaves = {leaf: (count, norm) for leaf, count, norm in self.leaves}
-        diagnoses = list(self.diagnoses)
-        for event in events:
-            if event.get("event") == "diagnosis":
-                diagnoses.append(event)
-                continue
-            leaf = event.get("leaf")
-            if not isinstance(leaf, str):
-                continue
-            before, after = event.get("before"), event.get("after")
-            zeroed = not isinstance(before, dict) or number_of(before.get("norm")) == 0.0
-            last = leaves.get(leaf, (1, None))
-            norm = number_of(after.get("norm")) if isinstance(after, dict) else None
-            leaves[leaf] = (1 if zeroed else last[0] + 1, last[1] if norm is None else norm)
-        return Carry(number, tuple((k, c, n) for k, (c, n) in leaves.items()), tuple(diagnoses))
-
-    def feed(self, model: SessionModel) -> None:
-        """Bring a fresh model to where it was after pass ``number``: each leaf's count of
-        passes since it was zeroed and its latest norm, and the diagnoses so far."""
-        if self.leaves:
-            model.restore_leaves({leaf: count for leaf, count, _ in self.leaves},
-                                 {leaf: norm for leaf, _, norm in self.leaves if norm is not None})
-        for event in self.diagnoses:
-            model.apply(event)

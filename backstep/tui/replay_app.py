@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from backstep.traces.index import TraceIndex
@@ -28,13 +29,15 @@ from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
 from backstep.tui.status import REASONS, StatusLine
 
-SCAN_SLICE = 8 * 1024 * 1024  # bytes indexed per tick while a large trace opens
+SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
+FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
+AHEAD_AFTER = 0.15  # seconds idle after a move before the next pass is opened ahead
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
 
 
 REPLAY_KEYS = (
-    ("n / p", "a node forward / back (back shows exactly what was shown live there)"),
+    ("n / p", "a node forward / back, across passes (back shows what live showed there)"),
     ("c / C", "on to the next / previous breakpoint or pass start"),
     ("[ / ]", "the start of this or the previous pass / the next pass"),
     ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
@@ -121,6 +124,7 @@ class ReplayApp(BackstepApp):
         self.against = against
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._output_shown = 0  # output events in the console: those printed before the cursor
+        self._ahead: Timer | None = None  # opens the next pass once the person is reading
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -146,14 +150,18 @@ class ReplayApp(BackstepApp):
         self._post()
         if self.replay.index.done:
             self._indexed()
-        else:  # a large trace: the rest is indexed in slices between keys
-            self._scanning = self.set_interval(0.02, self._scan_more)
+        # a large trace: the rest is indexed, then each pass's leaves folded (so that g to any
+        # pass opens at once), in slices between keys
+        self._scanning = self.set_interval(0.02, self._scan_more)
 
     def _scan_more(self) -> None:
-        if self.replay.index.scan(SCAN_SLICE):
+        index = self.replay.index
+        if not index.done:
+            if index.scan(SCAN_SLICE):
+                self._indexed()
+            self._refresh_status()
+        elif self.replay.carries.work(FOLD_SLICE):
             self._scanning.stop()
-            self._indexed()
-        self._refresh_status()
 
     def _indexed(self) -> None:
         """The whole file is indexed: say what it holds, and what is wrong with it."""
@@ -174,6 +182,16 @@ class ReplayApp(BackstepApp):
     def _post(self) -> None:
         self.post_message(SnapshotReady(self.replay.snapshot()))
         self._show_output()
+        if self._ahead is not None:
+            self._ahead.stop()
+        self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
+
+    def _prepare(self) -> None:
+        if not self._scanning_done() or self.replay.prepare():  # again, until nothing is left
+            self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
+
+    def _scanning_done(self) -> bool:
+        return self.replay.index.done and self.replay.carries.done
 
     def _show_output(self) -> None:
         """The console holds what the script printed before the step shown (when the trace

@@ -7,8 +7,10 @@ append-only logs, and a snapshot remembers how much of each log it may see.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -40,8 +42,24 @@ def _mapping(value: Any) -> Summary | None:
     return MappingProxyType(dict(value)) if isinstance(value, dict) else None
 
 
+def _shared(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str and len(value) <= 40 else value
+
+
+def summary_of(value: Any) -> Summary | None:
+    """A tensor summary as the UI keeps it: read-only, its keys and short strings (dtype,
+    device, "nan") shared with every other summary's; one already made is kept as it is."""
+    if isinstance(value, MappingProxyType):
+        return value
+    if not isinstance(value, dict):
+        return None
+    return MappingProxyType({_shared(k): _shared(v) for k, v in value.items()})
+
+
 def _summaries(value: Any) -> tuple[Summary | None, ...]:
-    return tuple(_mapping(item) for item in _tuple(value))
+    if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
+        return value
+    return tuple(summary_of(item) for item in _tuple(value))
 
 
 @dataclass(frozen=True)
@@ -201,20 +219,22 @@ class Graph:
     @classmethod
     def build(cls, raw_nodes: Any, roots: Any) -> Graph:
         nodes: dict[int, NodeInfo] = {}
+        # positional arguments and plain type checks: a pass change of a 2500-node graph
+        # builds this while the person waits for the key's answer
         for raw in _tuple(raw_nodes):
-            if not isinstance(raw, dict) or not isinstance(raw.get("id"), int):
+            node_id = raw.get("id") if type(raw) is dict else None
+            if type(node_id) is not int:
                 continue
-            nexts = tuple(n if isinstance(n, int) else None for n in _tuple(raw.get("next")))
-            saved_bytes = raw.get("saved_bytes")
-            nodes[raw["id"]] = NodeInfo(
-                id=raw["id"],
-                name=str(raw.get("name", "?")),
-                next=nexts,
-                leaf=raw.get("leaf") if isinstance(raw.get("leaf"), str) else None,
-                source=_mapping(raw.get("source")),
-                module=raw.get("module") if isinstance(raw.get("module"), str) else None,
-                saved_bytes=saved_bytes if isinstance(saved_bytes, int) else None,
-            )
+            nxt = raw.get("next")
+            nexts = tuple(n if type(n) is int else None for n in nxt) if type(nxt) is list else ()
+            leaf, module, size = raw.get("leaf"), raw.get("module"), raw.get("saved_bytes")
+            source = raw.get("source")
+            nodes[node_id] = NodeInfo(
+                node_id, str(raw.get("name", "?")), nexts,
+                leaf if type(leaf) is str else None,
+                MappingProxyType(dict(source)) if type(source) is dict else None,
+                module if type(module) is str else None,
+                size if type(size) is int else None)
         parents: dict[int, list[int]] = {}
         for info in nodes.values():
             for child in info.next:
@@ -310,6 +330,41 @@ class PassView:
             if info.id not in seen and info.saved_bytes:
                 held += info.saved_bytes
         return held, freed
+
+
+class LeafNorms(Mapping[str, float]):
+    """Each leaf's latest ``.grad`` norm as of one moment, made in O(1).
+
+    A pass that accumulates into hundreds of leaves would otherwise copy a dict of all their
+    norms per accumulation, and a replay keeps a snapshot per step: quadratic. Here every
+    snapshot shares one append-only history (per leaf: when, and the norm then) on top of a
+    base taken at the pass's start, and sees its first ``count`` changes."""
+
+    __slots__ = ("_base", "_when", "_norm", "_count")
+
+    def __init__(self, base: Mapping[str, float], when: Mapping[str, list[int]],
+                 norm: Mapping[str, list[float]], count: int) -> None:
+        self._base, self._when, self._norm, self._count = base, when, norm, count
+
+    def __getitem__(self, leaf: str) -> float:
+        when = self._when.get(leaf)
+        if when:
+            i = bisect.bisect_left(when, self._count)
+            if i:
+                return self._norm[leaf][i - 1]
+        return self._base[leaf]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._base
+        for leaf, when in self._when.items():
+            if leaf not in self._base and when[0] < self._count:
+                yield leaf
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"LeafNorms({dict(self)!r})"
 
 
 @dataclass(frozen=True)
