@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from backstep.engine import summary_device, transfers
+from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat, put_extremes
 
 SMALL = 16  # tensors with at most this many elements carry their values
@@ -98,6 +99,7 @@ def summarize(t: Any, hist: bool = False) -> dict[str, Any] | None:
     if hist and out is not None:
         counts = _histogram(t, out)
         if counts is not None:
+            out = dict(out)  # a plain dict: its encoded text would miss the histogram
             out["hist"] = counts
     return out
 
@@ -331,20 +333,53 @@ class SummaryBatch:
         small_values = transfers.read(torch.cat(small)) if small else []
         mins, maxs, norm_list, sum_list = stats
         shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
+        dtype_name, device_name = _dtype_name(dtype), _device_name(group[0].device)
+        # the JSON text of a finite summary, written here in bulk (``encoded``)
+        head = (f'{{"shape":[%s],"dtype":"{dtype_name}","device":"{device_name}",'
+                '"min":%r,"max":%r,"mean":%r,"norm":%r,"nonfinite":0')
+        if not (json_safe(dtype_name) and json_safe(device_name)
+                and "%" not in dtype_name + device_name):
+            head = None
+        mean_format = _MEAN_FORMAT.get(dtype)
+        isfinite = math.isfinite
         pos = 0
         for t, i, j in zip(group, indices, owner, strict=True):
             lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
             n = t.numel()
-            finite = math.isfinite(lo) and math.isfinite(hi)
-            overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
+            if isfinite(lo) and isfinite(hi) and isfinite(norm) and isfinite(total):
+                # the common case, as put_extremes and _stat would write it
+                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
+                if a != a:
+                    a = _stat(lo, dtype)
+                if b != b:
+                    b = _stat(hi, dtype)
+                if c != c:
+                    c = _stat(norm, dtype)
+                mean = total / n
+                if mean_format is not None:
+                    mean = float(mean_format % mean)
+                shape = list(t.shape)
+                out = Encoded({"shape": shape, "dtype": dtype_name, "device": device_name,
+                               "min": a, "max": b, "mean": mean, "norm": c, "nonfinite": 0})
+                text = None if head is None else head % (",".join(map(str, shape)), a, b,
+                                                         mean, c)
+                if n <= SMALL:
+                    values = out["values"] = _values(small_values[pos : pos + n], dtype)
+                    pos += n
+                    if text is not None:
+                        text += ',"values":[' + ",".join(map(repr, values)) + "]"
+                out.text = None if text is None else text + "}"
+                results[i] = out
+                continue
+            finite = isfinite(lo) and isfinite(hi)
+            overflowed = finite and not (isfinite(norm) and isfinite(total))
             if overflowed:
                 # finite values whose float32 norm or sum overflowed: redo those in float64
                 norm = float(transfers.read(
                     torch.linalg.vector_norm(t.detach(), dtype=torch.float64)))
                 total = float(transfers.read(t.detach().sum(dtype=torch.float64)))
             out = _base(t)
-            put_extremes(out, (shown_min[j], shown_max[j], shown_norm[j])  # rounded in one go
-                         if finite and not overflowed else None, lo, hi, norm, dtype)
+            put_extremes(out, None, lo, hi, norm, dtype)
             out["mean"] = _stat(total / n, dtype)
             out["nonfinite"] = (0 if finite
                                 else int(transfers.read((~torch.isfinite(t.detach())).sum())))
@@ -352,6 +387,9 @@ class SummaryBatch:
                 out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
             results[i] = out
+
+
+_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
 
 
 def _batchable(t: torch.Tensor) -> bool:

@@ -138,15 +138,20 @@ class Capture(Hooks, Output, TensorValues):
             except Exception as exc:
                 self._post_mortem(number, t_outputs, args, kwargs, exc)
                 raise
+        # the walk and the hooks allocate thousands of objects too: freeze before them
+        frozen = self.record and _freeze_gc()
         try:
             p = self._begin(number, t_outputs, args, kwargs, live)
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
             p = None
+        if frozen and (p is None or not p.record):
+            gc.unfreeze()
+            frozen = False
         if p is None:
             return original(t_outputs, *args, **kwargs)
         stack = self._stack()
         stack.append(p)
-        frozen = p.record and _freeze_gc()
+        frozen = frozen or (p.record and _freeze_gc())
         try:
             result = original(t_outputs, *args, **kwargs)
         except BaseException as exc:

@@ -29,7 +29,7 @@ from backstep.engine.capture.passes import (
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink
-from backstep.engine.saved import has_saved, saved_status
+from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import summarize
 
 
@@ -129,14 +129,14 @@ class Hooks:
             add = p.batch.add
             go = [add(g) for g in grad_outputs]
             gi = [add(g) for g in grad_inputs]
-            saved = saved_status(node) if has_saved(node) else []
+            saved, saved_text = saved_record(node)
             after = None
             if graph.names[i] == _ACCUMULATE:
                 variable = node.variable
                 after = (add(variable.grad), variable._version)
             # a node run on another thread than its pass's (a CUDA device thread) says which
             thread = None if get_ident() == p.thread else threading.current_thread().name
-            p.records.append((i, step, go, gi, saved, after, thread))
+            p.records.append((i, step, go, gi, saved, saved_text, after, thread))
             if controller is not None:
                 held = p.held
                 held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
