@@ -19,8 +19,7 @@ from typing import Any
 import torch
 
 from backstep.engine import summary_device, transfers
-from backstep.engine.encoded import Encoded, json_safe
-from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat, put_extremes
+from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat  # noqa: F401
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
@@ -204,14 +203,16 @@ class SummaryBatch:
     rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host")
 
     def __init__(self) -> None:
-        self._tensors: list[torch.Tensor | None] = []
+        self._tensors: list[torch.Tensor | None] = []  # None: in ``_host``, or reduced already
         self._slots: dict[int, int] = {}
         self.nbytes = 0
         self._arrivals: summary_device.Arrivals | None = None
         self._device_held = 0
+        # host tensors for the batched kernels, by dtype: (slots, tensors, numels)
+        self._host: dict[torch.dtype, tuple[list[int], list[torch.Tensor], list[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -229,11 +230,12 @@ class SummaryBatch:
                     return slot
             slot = len(self._tensors)
             try:
-                size = t.element_size() * t.numel()
+                n = t.numel()
+                size = t.element_size() * n
             except (RuntimeError, TypeError):
-                size = 0
+                n, size = -1, 0
             if (summary_device.FORCE or not t.is_cpu) and _batchable(t):
-                if t.numel() > LARGE or self._device_held + size > summary_device.HELD_BYTES:
+                if n > LARGE or self._device_held + size > summary_device.HELD_BYTES:
                     if self._arrivals is None:
                         self._arrivals = summary_device.Arrivals()
                     try:
@@ -245,6 +247,16 @@ class SummaryBatch:
                 self._device_held += size
             else:
                 self.nbytes += size
+                if n <= LARGE and _batchable(t):
+                    group = self._host.get(t.dtype)
+                    if group is None:
+                        group = self._host[t.dtype] = ([], [], [])
+                    group[0].append(slot)
+                    group[1].append(t)
+                    group[2].append(n)
+                    self._slots[key] = slot
+                    self._tensors.append(None)
+                    return slot
             self._slots[key] = slot
             self._tensors.append(t)
         return slot
@@ -253,30 +265,30 @@ class SummaryBatch:
         """Summaries in slot order; empties the batch. Never raises."""
         tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
         arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
+        host, self._host = self._host, {}
         results: list[dict[str, Any] | None] = [None] * len(tensors)
-        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
         on_device: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]] = {}
         for i, t in enumerate(tensors):
             if t is None:
-                continue  # reduced when it arrived
+                continue  # in a host group, or reduced when it arrived
             try:
                 if _batchable(t):
                     if summary_device.FORCE or not t.is_cpu:
                         on_device.setdefault((t.dtype, t.device), []).append((i, t))
                         continue
-                    if t.numel() <= LARGE:
-                        groups.setdefault((t.dtype, t.device), []).append(i)
-                        continue
             except (RuntimeError, TypeError, NotImplementedError):
                 pass
             results[i] = self._careful_safe(t)
-        with torch.no_grad():
-            for (dtype, _), indices in groups.items():
-                try:
-                    self._compute_group(dtype, [tensors[i] for i in indices], indices, results)
-                except Exception:  # noqa: BLE001 - a summary must never break the user's pass
-                    for i in indices:
-                        results[i] = self._careful_safe(tensors[i])
+        if host:
+            from backstep.engine.summary_host import compute_group
+
+            with torch.no_grad():
+                for dtype, (indices, group, numels) in host.items():
+                    try:
+                        compute_group(dtype, group, numels, indices, results)
+                    except Exception:  # noqa: BLE001 - a summary must never break the pass
+                        for i, t in zip(indices, group, strict=True):
+                            results[i] = self._careful_safe(t)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
         return results
@@ -294,104 +306,6 @@ class SummaryBatch:
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
 
-    @staticmethod
-    def _compute_group(
-        dtype: torch.dtype,
-        group: list[torch.Tensor],
-        indices: list[int],
-        results: list[dict[str, Any] | None],
-    ) -> None:
-        # Views of the same memory (a transpose, a reshape) have the same statistics: reduce
-        # each block of memory once.
-        unique: dict[tuple, int] = {}
-        reps: list[torch.Tensor] = []
-        owner: list[int] = []
-        for t in group:
-            key = _memory_key(t) if t.numel() > SMALL else None
-            j = unique.get(key) if key is not None else None
-            if j is None:
-                j = len(reps)
-                reps.append(t.detach())
-                if key is not None:
-                    unique[key] = j
-            owner.append(j)
-        extrema = [t.aminmax() for t in reps]
-        norms = torch._foreach_norm(reps)
-        sums = [t.sum() for t in reps]
-        raw = torch.stack(
-            [
-                torch.stack([e.min for e in extrema]),
-                torch.stack([e.max for e in extrema]),
-                torch.stack(norms),
-                torch.stack(sums),
-            ]
-        ).to(torch.float64)
-        stats = transfers.read(raw)
-        digits = _DIGITS.get(dtype)
-        shown = transfers.read(_round_digits(raw, digits)) if digits else stats
-        small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
-        small_values = transfers.read(torch.cat(small)) if small else []
-        mins, maxs, norm_list, sum_list = stats
-        shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
-        dtype_name, device_name = _dtype_name(dtype), _device_name(group[0].device)
-        # the JSON text of a finite summary, written here in bulk (``encoded``)
-        head = (f'{{"shape":[%s],"dtype":"{dtype_name}","device":"{device_name}",'
-                '"min":%r,"max":%r,"mean":%r,"norm":%r,"nonfinite":0')
-        if not (json_safe(dtype_name) and json_safe(device_name)
-                and "%" not in dtype_name + device_name):
-            head = None
-        mean_format = _MEAN_FORMAT.get(dtype)
-        isfinite = math.isfinite
-        pos = 0
-        for t, i, j in zip(group, indices, owner, strict=True):
-            lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
-            n = t.numel()
-            if isfinite(lo) and isfinite(hi) and isfinite(norm) and isfinite(total):
-                # the common case, as put_extremes and _stat would write it
-                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
-                if a != a:
-                    a = _stat(lo, dtype)
-                if b != b:
-                    b = _stat(hi, dtype)
-                if c != c:
-                    c = _stat(norm, dtype)
-                mean = total / n
-                if mean_format is not None:
-                    mean = float(mean_format % mean)
-                shape = list(t.shape)
-                out = Encoded({"shape": shape, "dtype": dtype_name, "device": device_name,
-                               "min": a, "max": b, "mean": mean, "norm": c, "nonfinite": 0})
-                text = None if head is None else head % (",".join(map(str, shape)), a, b,
-                                                         mean, c)
-                if n <= SMALL:
-                    values = out["values"] = _values(small_values[pos : pos + n], dtype)
-                    pos += n
-                    if text is not None:
-                        text += ',"values":[' + ",".join(map(repr, values)) + "]"
-                out.text = None if text is None else text + "}"
-                results[i] = out
-                continue
-            finite = isfinite(lo) and isfinite(hi)
-            overflowed = finite and not (isfinite(norm) and isfinite(total))
-            if overflowed:
-                # finite values whose float32 norm or sum overflowed: redo those in float64
-                norm = float(transfers.read(
-                    torch.linalg.vector_norm(t.detach(), dtype=torch.float64)))
-                total = float(transfers.read(t.detach().sum(dtype=torch.float64)))
-            out = _base(t)
-            put_extremes(out, None, lo, hi, norm, dtype)
-            out["mean"] = _stat(total / n, dtype)
-            out["nonfinite"] = (0 if finite
-                                else int(transfers.read((~torch.isfinite(t.detach())).sum())))
-            if n <= SMALL:
-                out["values"] = _values(small_values[pos : pos + n], dtype)
-                pos += n
-            results[i] = out
-
-
-_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
-
-
 def _batchable(t: torch.Tensor) -> bool:
     """A plain dense floating-point tensor with elements: reduced with the batched kernels."""
     try:
@@ -399,19 +313,3 @@ def _batchable(t: torch.Tensor) -> bool:
                 and not t.is_meta and t.numel() > 0)
     except (RuntimeError, TypeError, NotImplementedError):
         return False
-
-
-def _memory_key(t: torch.Tensor) -> tuple | None:
-    """Identifies the block of memory a dense tensor covers, whatever its view shape."""
-    try:
-        if t.is_contiguous():
-            return (t.data_ptr(), t.numel())
-        dims = sorted(zip(t.stride(), t.shape, strict=True), reverse=True)
-        expected = 1
-        for stride, size in reversed(dims):
-            if size != 1 and stride != expected:
-                return None  # overlapping or strided: not a permutation of a dense block
-            expected *= size
-        return (t.data_ptr(), t.numel())
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None
