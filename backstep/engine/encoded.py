@@ -28,3 +28,19 @@ def json_safe(name: str) -> bool:
     if safe is None:
         safe = _SAFE[name] = json.dumps(name) == f'"{name}"'
     return safe
+
+
+compact_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_TEXTS: dict[str, str] = {}
+
+
+def str_text(value: str | None) -> str:
+    """The JSON text of a string (or null), remembered: names repeat in every pass."""
+    if value is None:
+        return "null"
+    text = _TEXTS.get(value)
+    if text is None:
+        if len(_TEXTS) >= 65536:
+            _TEXTS.clear()
+        text = _TEXTS[value] = compact_json(value)
+    return text

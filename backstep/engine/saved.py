@@ -125,38 +125,43 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
     keyed by what decides the entries and looked up: equal keys give the same list (shared,
     never mutated) and text. Anything else is read as ``saved_status`` reads it (text None).
     """
-    tensors, scalars = _attribute_names(node)
+    kind = type(node)
+    plan = _PLANS.get(kind)
+    if plan is None:
+        tensors, scalars = _attribute_names(node)
+        plan = _PLANS[kind] = (tuple((_RAW + n, "_saved_" + n, n) for n in tensors),
+                               tuple("_saved_" + n for n in scalars))
+    tensors, scalars = plan
     if not tensors and not scalars:
         return [], "[]"
     try:
-        key: list[Any] = [type(node)]
+        key: list[Any] = [kind]
         if tensors:
             recorded = node.metadata.get(VERSIONS_KEY)
-            for name in tensors:
-                raw = getattr(node, _RAW + name)
+            for raw_attr, attr, name in tensors:
+                raw = getattr(node, raw_attr)
                 if type(raw) is not _SavedTensor or raw.unpack_hook is not None:
                     return saved_status(node), None
                 data = raw.data
                 if data is None:
-                    if getattr(node, "_saved_" + name) is not None:  # freed: raises, or not
+                    if getattr(node, attr) is not None:  # freed: raises, or not
                         return saved_status(node), None
                     key.append(None)  # "none": PyTorch never saved it
                     continue
                 saved = recorded.get(name) if recorded else None
-                now = data._version if saved is not None else None
-                if saved != now:
+                if saved is not None and saved != data._version:
                     return saved_status(node), None  # modified: its culprit is looked up
-                key += (data.shape, data.dtype, data.numel() * data.element_size(), saved)
-        for name in scalars:
+                key += (data.shape, data.dtype, data.nbytes, saved)
+        for attr in scalars:
             try:
-                value = getattr(node, "_saved_" + name)
+                value = getattr(node, attr)
             except RuntimeError:
                 key.append(_SKIPPED)
                 continue
             kind = type(value)
             if kind is int or kind is bool or kind is str or value is None:
                 key += (kind, value)
-            elif kind is tuple and all(type(v) is int for v in value):
+            elif kind is tuple and _INTS.issuperset(map(type, value)):
                 key += (kind, value)  # sizes and strides
             elif kind is float:
                 key += (kind, repr(value))  # -0.0 == 0.0, but they read differently
@@ -174,6 +179,8 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
         return saved_status(node), None
 
 
+_PLANS: dict[type, tuple[tuple[tuple[str, str, str], ...], tuple[str, ...]]] = {}
+_INTS = frozenset({int})
 _SKIPPED = object()
 
 

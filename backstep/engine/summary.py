@@ -211,8 +211,7 @@ class SummaryBatch:
         self.nbytes = 0
         self._arrivals: summary_device.Arrivals | None = None
         self._device_held = 0
-        # host tensors for the batched kernels, by dtype: (slots, tensors, numels)
-        self._host: dict[torch.dtype, tuple[list[int], list[torch.Tensor], list[int]]] = {}
+        self._host: dict[torch.dtype, Any] = {}  # host tensors by dtype (summary_host.HostGroup)
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -250,13 +249,16 @@ class SummaryBatch:
                 if n <= LARGE and _batchable(t):
                     group = self._host.get(t.dtype)
                     if group is None:
-                        group = self._host[t.dtype] = ([], [], [])
-                    group[0].append(slot)
-                    group[1].append(t)
-                    group[2].append(n)
-                    self._slots[key] = slot
-                    self._tensors.append(None)
-                    return slot
+                        from backstep.engine.summary_host import HostGroup
+
+                        group = self._host[t.dtype] = HostGroup()
+                    try:
+                        group.add(t, slot, n, SMALL)
+                        self._slots[key] = slot
+                        self._tensors.append(None)
+                        return slot
+                    except Exception:  # noqa: BLE001 - summarised the careful way instead
+                        pass
             self._slots[key] = slot
             self._tensors.append(t)
         return slot
@@ -280,14 +282,12 @@ class SummaryBatch:
                 pass
             results[i] = self._careful_safe(t)
         if host:
-            from backstep.engine.summary_host import compute_group
-
             with torch.no_grad():
-                for dtype, (indices, group, numels) in host.items():
+                for dtype, group in host.items():
                     try:
-                        compute_group(dtype, group, numels, indices, results)
+                        group.compute(dtype, results)
                     except Exception:  # noqa: BLE001 - a summary must never break the pass
-                        for i, t in zip(indices, group, strict=True):
+                        for i, t in zip(group.slots, group.tensors, strict=True):
                             results[i] = self._careful_safe(t)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)

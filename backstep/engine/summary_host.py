@@ -23,36 +23,58 @@ from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _va
 _MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
 
 
-def compute_group(dtype: torch.dtype, group: list[torch.Tensor], numels: list[int],
-                  indices: list[int], results: list[dict[str, Any] | None]) -> None:
-    """Write the summary of ``group[k]`` (``numels[k]`` elements) to ``results[indices[k]]``.
-    Runs under ``torch.no_grad()``."""
-    unique: dict[tuple, int] = {}
-    reps: list[torch.Tensor] = []
-    owner: list[int] = []
-    for t, n in zip(group, numels, strict=True):
-        key = memory_key(t) if n > SMALL else None
-        if key is not None:
-            j = unique.get(key)
-            if j is None:
-                j = unique[key] = len(reps)
-                reps.append(t)
-            owner.append(j)
-        else:
-            owner.append(len(reps))
-            reps.append(t)
-    extrema = [t.aminmax() for t in reps]
-    norms = torch._foreach_norm(reps)
-    sums = [t.sum() for t in reps]
-    raw = torch.stack(
-        [
-            torch.stack([e.min for e in extrema]),
-            torch.stack([e.max for e in extrema]),
-            torch.stack(norms),
-            torch.stack(sums),
-        ]
-    ).to(torch.float64)
-    del extrema, norms, sums
+class HostGroup:
+    """Host tensors of one dtype in a summary batch, held until ``compute`` reduces them all.
+
+    (Reducing each one as it arrives, while the gradient a node just wrote is in the cache,
+    measured slower: the kernels interleave with the engine's and the batched norm is lost.)
+    """
+
+    __slots__ = ("slots", "tensors", "numels", "owner", "unique", "reps")
+
+    def __init__(self) -> None:
+        self.slots: list[int] = []
+        self.tensors: list[torch.Tensor] = []
+        self.numels: list[int] = []
+        self.owner: list[int] = []  # index in ``reps`` of the block each tensor reads
+        self.unique: dict[tuple, int] = {}  # block of memory -> index in ``reps``
+        self.reps: list[torch.Tensor] = []  # one tensor per block of memory
+
+    def add(self, t: torch.Tensor, slot: int, n: int, small: int) -> None:
+        """Views of one block of memory (a transpose, a reshape) share their reduction."""
+        key = memory_key(t) if n > small else None
+        j = self.unique.get(key) if key is not None else None
+        if j is None:
+            j = len(self.reps)
+            self.reps.append(t)
+            if key is not None:
+                self.unique[key] = j
+        self.owner.append(j)
+        self.slots.append(slot)
+        self.tensors.append(t)
+        self.numels.append(n)
+
+    def compute(self, dtype: torch.dtype, results: list[dict[str, Any] | None]) -> None:
+        """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
+        reps = self.reps
+        extrema = [t.aminmax() for t in reps]
+        norms = torch._foreach_norm(reps)
+        sums = [t.sum() for t in reps]
+        raw = torch.stack(
+            [
+                torch.stack([e.min for e in extrema]),
+                torch.stack([e.max for e in extrema]),
+                torch.stack(norms),
+                torch.stack(sums),
+            ]
+        ).to(torch.float64)
+        del extrema, norms, sums
+        _write(dtype, self.tensors, self.numels, self.slots, self.owner, raw, results)
+
+
+def _write(dtype: torch.dtype, group: list[torch.Tensor], numels: list[int],
+           indices: list[int], owner: list[int], raw: torch.Tensor,
+           results: list[dict[str, Any] | None]) -> None:
     stats = transfers.read(raw)
     digits = _DIGITS.get(dtype)
     shown = transfers.read(_round_digits(raw, digits)) if digits else stats

@@ -34,6 +34,7 @@ from backstep.engine.capture.passes import (
 )
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.controller import Controller
+from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
@@ -240,18 +241,22 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
-        self._emit(
-            {
-                "event": "pass_begin",
-                "pass": p.number,
-                "parent": p.parent,
-                "api": p.api,
-                **p.options,
-                "roots": [graph.ids[i] for i in p.options["roots"]],
-                "thread": threading.current_thread().name,
-                "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
-            }
-        )
+        nodes, nodes_text = graph.describe_all(p.leaf_names)
+        event = Encoded({
+            "event": "pass_begin",
+            "pass": p.number,
+            "parent": p.parent,
+            "api": p.api,
+            **p.options,
+            "roots": [graph.ids[i] for i in p.options["roots"]],
+            "thread": threading.current_thread().name,
+        })
+        try:  # the node list is written from its parts' texts; "nodes" comes last
+            event.text = f'{compact_json(event)[:-1]},"nodes":{nodes_text}}}\n'
+        except (TypeError, ValueError):
+            event.text = None  # the sink encodes it, and says what JSON cannot carry
+        event["nodes"] = nodes
+        self._emit(event)
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

@@ -126,7 +126,8 @@ class Hooks:
         if p.record:
             graph = p.graph
             node = graph.nodes[i]
-            add = p.batch.add
+            batch = p.batch
+            add = batch.add
             go = [add(g) for g in grad_outputs]
             gi = [add(g) for g in grad_inputs]
             saved, saved_text = saved_record(node)
@@ -136,13 +137,14 @@ class Hooks:
                 after = (add(variable.grad), variable._version)
             # a node run on another thread than its pass's (a CUDA device thread) says which
             thread = None if get_ident() == p.thread else threading.current_thread().name
-            p.records.append((i, step, go, gi, saved, saved_text, after, thread))
+            records = p.records
+            records.append((i, step, go, gi, saved, saved_text, after, thread))
             if controller is not None:
                 held = p.held
-                held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
+                held[graph.ids[i]] = (grad_outputs, grad_inputs)
                 if len(held) > HELD_NODES:
                     del held[next(iter(held))]
-            if len(p.records) >= BATCH_NODES or p.batch.nbytes >= BATCH_BYTES:
+            if len(records) >= BATCH_NODES or batch.nbytes >= BATCH_BYTES:
                 self._flush(p)
         if controller is None or controller.detached or p.finishing:
             return

@@ -69,11 +69,31 @@ class Diagnostician:
             return
         out: list[dict[str, Any]] = []
         local.collected = out
+        local.busy, local.pending = True, []
+        analyse = self._analyse
         try:
             for event in events:
                 out.append(event)
-                self._follow(event, out.append)
+                try:
+                    found = analyse(event)
+                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                    found = _NOTHING
+                if found:
+                    out.extend(found)
+                while local.pending:  # emitted while it was analysed: those next, in turn
+                    queue, local.pending = local.pending, []
+                    while queue:
+                        queued = queue.pop(0)
+                        try:
+                            found = analyse(queued)
+                        except Exception:  # noqa: BLE001
+                            found = _NOTHING
+                        out.extend(found)
+                        if local.pending:
+                            queue += local.pending
+                            local.pending = []
         finally:
+            local.busy = False
             local.collected = None
             emit_all(self.inner, out)
 
