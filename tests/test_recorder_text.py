@@ -168,3 +168,43 @@ def test_trace_lines_are_the_encoded_events() -> None:
         assert line == encode(event)
         carried += type(event) is Encoded and event.text is not None
     assert carried > 100
+
+
+def _summaries_of(monkeypatch: Any, cap_bytes: int | None) -> list[Any]:
+    from backstep.engine.capture import hooks
+
+    if cap_bytes is not None:
+        monkeypatch.setattr(hooks, "BATCH_BYTES", cap_bytes)
+    recorder = ListRecorder()
+    capture = Capture(recorder)
+    capture.install()
+    try:
+        for name, fn in SCENARIOS.items():
+            if name == "deep_chain":
+                continue
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - the error scenarios raise as PyTorch does
+                pass
+        x = torch.tensor([1.0, math.nan, 3e38, -0.0], requires_grad=True)
+        (x * 2 + x.exp() + x[1:].sum()).sum().backward()
+    finally:
+        capture.uninstall()
+    out = []
+    for event in recorder.events:
+        if event["event"] == "node":
+            out.append((event["name"], event["grad_outputs"], event["grad_inputs"],
+                        event["saved"]))
+        elif event["event"] == "accumulate":
+            out.append(("accumulate", event["before"], event["after"]))
+    return out
+
+
+def test_settling_held_tensors_early_changes_no_summary(monkeypatch: Any) -> None:
+    """A batch over its byte cap reduces what it holds and lets it go; the summaries are the
+    ones a batch that held everything writes (every node settles with a cap of one byte)."""
+    held = _summaries_of(monkeypatch, None)
+    settled = _summaries_of(monkeypatch, 1)
+    assert settled == held
+    assert any(s and s.get("nonfinite") for entry in held for group in entry[1:3]
+               for s in (group if isinstance(group, list) else [group]) if s)

@@ -203,7 +203,7 @@ class SummaryBatch:
     rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host", "_done")
 
     def __init__(self) -> None:
         self._tensors: list[torch.Tensor | None] = []  # None: in ``_host``, or reduced already
@@ -212,6 +212,7 @@ class SummaryBatch:
         self._arrivals: summary_device.Arrivals | None = None
         self._device_held = 0
         self._host: dict[torch.dtype, Any] = {}  # host tensors by dtype (summary_host.HostGroup)
+        self._done: dict[int, dict[str, Any]] = {}  # slot -> summary written by ``settle``
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -263,12 +264,42 @@ class SummaryBatch:
             self._tensors.append(t)
         return slot
 
+    def settle(self) -> None:
+        """Reduce the host tensors held so far and let them go: ``nbytes`` drops to 0, and
+        ``compute`` later writes their summaries with the rest (one rounding, one read).
+        Accelerator tensors stay as they are. Never raises."""
+        tensors = self._tensors
+        with torch.no_grad():
+            for dtype, group in self._host.items():
+                try:
+                    group.settle(dtype, self._done)
+                except Exception:  # noqa: BLE001 - a summary must never break the pass
+                    for i, t in zip(group.slots, group.tensors, strict=True):
+                        self._done[i] = self._careful_safe(t)
+                    group._clear()
+        for i, t in enumerate(tensors):
+            if t is None:
+                continue
+            try:
+                if _batchable(t) and (summary_device.FORCE or not t.is_cpu):
+                    continue  # the device path's
+            except (RuntimeError, TypeError, NotImplementedError):
+                pass
+            self._done[i] = self._careful_safe(t)
+            tensors[i] = None
+        # a tensor let go may be freed and its id() reused: later ones take new slots
+        self._slots = {k: v for k, v in self._slots.items() if tensors[v] is not None}
+        self.nbytes = 0
+
     def compute(self) -> list[dict[str, Any] | None]:
         """Summaries in slot order; empties the batch. Never raises."""
         tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
         arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
         host, self._host = self._host, {}
+        done, self._done = self._done, {}
         results: list[dict[str, Any] | None] = [None] * len(tensors)
+        for i, summary in done.items():
+            results[i] = summary
         on_device: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]] = {}
         for i, t in enumerate(tensors):
             if t is None:
@@ -289,6 +320,10 @@ class SummaryBatch:
                     except Exception:  # noqa: BLE001 - a summary must never break the pass
                         for i, t in zip(group.slots, group.tensors, strict=True):
                             results[i] = self._careful_safe(t)
+                        for chunk in group.settled:  # reduced, but not written
+                            for i, shape in zip(chunk.slots, chunk.shapes, strict=True):
+                                if results[i] is None:
+                                    results[i] = _failed_summary(shape, dtype)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
         return results
@@ -305,6 +340,12 @@ class SummaryBatch:
                 out = {"shape": None, "dtype": None, "device": None}
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
+
+def _failed_summary(shape: list[int], dtype: torch.dtype) -> dict[str, Any]:
+    return {"shape": shape, "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
+            "max": None, "mean": None, "norm": None, "nonfinite": None,
+            "note": "summary failed"}
+
 
 def _batchable(t: torch.Tensor) -> bool:
     """A plain dense floating-point tensor with elements: reduced with the batched kernels."""

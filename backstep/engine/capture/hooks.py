@@ -144,8 +144,10 @@ class Hooks:
                 held[graph.ids[i]] = (grad_outputs, grad_inputs)
                 if len(held) > HELD_NODES:
                     del held[next(iter(held))]
-            if len(records) >= BATCH_NODES or batch.nbytes >= BATCH_BYTES:
+            if len(records) >= BATCH_NODES:
                 self._flush(p)
+            elif batch.nbytes >= BATCH_BYTES:
+                batch.settle()  # reduce what is held and let it go; written at the flush
         if controller is None or controller.detached or p.finishing:
             return
         if controller.interrupt and not p.has_pre:
