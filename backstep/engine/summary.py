@@ -26,6 +26,7 @@ CHUNK = 1 << 20  # elements per step on the careful path
 BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
+_STRIDED = torch.strided
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
@@ -234,7 +235,8 @@ class SummaryBatch:
                 size = t.element_size() * n
             except (RuntimeError, TypeError):
                 n, size = -1, 0
-            if (summary_device.FORCE or not t.is_cpu) and _batchable(t):
+            device = summary_device.FORCE or not t.is_cpu
+            if device and _batchable(t):
                 if n > LARGE or self._device_held + size > summary_device.HELD_BYTES:
                     if self._arrivals is None:
                         self._arrivals = summary_device.Arrivals()
@@ -247,19 +249,23 @@ class SummaryBatch:
                 self._device_held += size
             else:
                 self.nbytes += size
-                if n <= LARGE and _batchable(t):
-                    group = self._host.get(t.dtype)
-                    if group is None:
-                        from backstep.engine.summary_host import HostGroup
+                # _batchable(t), knowing that t is a host tensor (so not a meta one)
+                try:
+                    dtype = t.dtype
+                    host = (not device and 0 < n <= LARGE and type(t) in PLAIN
+                            and dtype in BATCHABLE and t.layout == _STRIDED)
+                    if host:
+                        group = self._host.get(dtype)
+                        if group is None:
+                            from backstep.engine.summary_host import HostGroup
 
-                        group = self._host[t.dtype] = HostGroup()
-                    try:
+                            group = self._host[dtype] = HostGroup()
                         group.add(t, slot, n, SMALL)
                         self._slots[key] = slot
                         self._tensors.append(None)
                         return slot
-                    except Exception:  # noqa: BLE001 - summarised the careful way instead
-                        pass
+                except Exception:  # noqa: BLE001 - summarised the careful way instead
+                    pass
             self._slots[key] = slot
             self._tensors.append(t)
         return slot

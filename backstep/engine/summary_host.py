@@ -45,8 +45,11 @@ class HostGroup:
 
     def add(self, t: torch.Tensor, slot: int, n: int, small: int) -> None:
         """Views of one block of memory (a transpose, a reshape) share their reduction."""
-        key = memory_key(t) if n > small else None
-        j = self.unique.get(key) if key is not None else None
+        if n > small:
+            key = (t.data_ptr(), n) if t.is_contiguous() else memory_key(t)
+            j = self.unique.get(key) if key is not None else None
+        else:
+            key = j = None
         if j is None:
             j = len(self.reps)
             self.reps.append(t)
