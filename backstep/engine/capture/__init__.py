@@ -15,7 +15,6 @@ left on a retained graph never blocks a later, unrelated backward. Hooks never r
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import weakref
@@ -31,6 +30,7 @@ from backstep.engine.capture.passes import (
     RETAINED_KEY,
     Pass,
     _freeze_gc,
+    _unfreeze_gc,
 )
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.controller import Controller
@@ -146,7 +146,7 @@ class Capture(Hooks, Output, TensorValues):
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
             p = None
         if frozen and (p is None or not p.record):
-            gc.unfreeze()
+            _unfreeze_gc()
             frozen = False
         if p is None:
             return original(t_outputs, *args, **kwargs)
@@ -159,12 +159,12 @@ class Capture(Hooks, Output, TensorValues):
             stack.pop()
             self._end(p, exc)
             if frozen:
-                gc.unfreeze()
+                _unfreeze_gc()
             raise
         stack.pop()
         self._end(p, None)
         if frozen:
-            gc.unfreeze()
+            _unfreeze_gc()
         return result
 
     def _stack(self) -> list[Pass]:
