@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
@@ -208,3 +209,25 @@ def test_settling_held_tensors_early_changes_no_summary(monkeypatch: Any) -> Non
     assert settled == held
     assert any(s and s.get("nonfinite") for entry in held for group in entry[1:3]
                for s in (group if isinstance(group, list) else [group]) if s)
+
+
+def test_gc_thresholds_are_raised_only_while_a_pass_records() -> None:
+    import gc
+
+    from backstep.engine.capture.passes import PASS_GC_THRESHOLD
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    capture = Capture(ListRecorder())
+    capture.install()
+    try:
+        x = torch.randn(3, requires_grad=True)
+        y = x.exp()
+        y.register_hook(lambda g: seen.append(gc.get_threshold()))
+        y.sum().backward()
+        with pytest.raises(RuntimeError):
+            y.sum().backward()  # freed graph: the pass ends in an error
+    finally:
+        capture.uninstall()
+    assert seen and seen[0][0] == PASS_GC_THRESHOLD and seen[0][1:] == before[1:]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
