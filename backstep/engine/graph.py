@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from backstep.engine.encoded import compact_json, str_text
+
 ID_KEY = "backstep.id"
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"
@@ -105,6 +107,34 @@ class Graph:
             "source": metadata.get(SOURCE_KEY),
             "module": metadata.get(MODULE_KEY),
         }
+
+    def describe_all(self, leaf_names: dict[int, str]) -> tuple[list[dict[str, Any]], str]:
+        """Every node as ``describe`` gives it, and the JSON text of that list."""
+        ids, names, edges = self.ids, self.names, self.edges
+        dicts: list[dict[str, Any]] = []
+        texts: list[str] = []
+        sources: dict[int, tuple[Any, str]] = {}  # a call's nodes share its source dict
+        for i, node in enumerate(self.nodes):
+            metadata = node.metadata
+            source, module = metadata.get(SOURCE_KEY), metadata.get(MODULE_KEY)
+            leaf = leaf_names.get(i)
+            name = display_name(names[i])
+            after = [None if j is None else ids[j] for j in edges[i]]
+            dicts.append({"id": ids[i], "name": name, "next": after, "leaf": leaf,
+                          "source": source, "module": module})
+            if source is None:
+                source_text = "null"
+            else:
+                hit = sources.get(id(source))
+                if hit is None or hit[0] is not source:
+                    hit = sources[id(source)] = (source, compact_json(source))
+                source_text = hit[1]
+            texts.append(
+                f'{{"id":{ids[i]},"name":{str_text(name)},'
+                f'"next":[{",".join(["null" if j is None else str(j) for j in after])}],'
+                f'"leaf":{str_text(leaf)},"source":{source_text},'
+                f'"module":{str_text(module)}}}')
+        return dicts, "[" + ",".join(texts) + "]"
 
     def execution_order(self) -> list[int]:
         """The order the engine runs these nodes in: a node is ready once every in-graph

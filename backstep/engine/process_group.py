@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any
 
-from backstep.engine.recorder import Sink
+from backstep.engine.recorder import Sink, emit_all
 
 
 def describe() -> dict[str, Any] | None:
@@ -63,6 +63,13 @@ class GroupNotice:
                     self.announced = True
                     self.inner.emit(group)
         self.inner.emit(event)
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        if not self.announced and any(e.get("event") == "pass_begin" for e in events):
+            for event in events:
+                self.emit(event)
+        else:
+            emit_all(self.inner, events)
 
     def flush(self) -> None:
         self.inner.flush()

@@ -6,6 +6,7 @@ import json
 import threading
 from typing import IO, Any, Protocol
 
+from backstep.engine.encoded import Encoded
 from backstep.protocol import encode
 
 _NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
@@ -19,12 +20,24 @@ class Sink(Protocol):
     def flush(self) -> None: ...
 
 
+def emit_all(sink: Sink, events: list[dict[str, Any]]) -> None:
+    """``sink.emit`` each event in order, in one call where the sink takes a batch
+    (``emit_many``): a recorded pass hands over its node events a few hundred at a time."""
+    many = getattr(sink, "emit_many", None)
+    if many is not None:
+        many(events)
+    else:
+        for event in events:
+            sink.emit(event)
+
+
 class JsonlRecorder:
     """Appends events to a binary file, one strict-JSON line each; thread-safe.
 
     Most of a trace is gradient summaries, and most summaries appear twice: as one node's
     ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
-    written from the text of each summary, encoded once while it is in use.
+    written from the text of each summary: the one it carries (``encoded``), else encoded once
+    while it is in use.
     """
 
     CACHE = 4096  # summaries remembered (each held, so its id() cannot be reused meanwhile)
@@ -41,6 +54,9 @@ class JsonlRecorder:
         texts = self._texts
         parts = []
         for summary in group:
+            if type(summary) is Encoded and summary.text is not None:
+                parts.append(summary.text)
+                continue
             hit = texts.get(id(summary))
             if hit is None or hit[0] is not summary:
                 if len(texts) >= self.CACHE:
@@ -71,13 +87,35 @@ class JsonlRecorder:
             return
         with self._lock:
             try:
-                data = self._encode(event)
+                data = (event.text.encode() if type(event) is Encoded and event.text is not None
+                        else self._encode(event))
             except (TypeError, ValueError):
                 data = encode(event)  # raises as it always did for what JSON cannot carry
             try:
                 self.stream.write(data)
             except (OSError, ValueError):
                 pass  # a full disk or a closed file must never break the user's script
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        """``emit`` each event, with one lock and one write for them all."""
+        if self.abandoned:
+            return
+        with self._lock:
+            chunks = []
+            try:
+                for event in events:
+                    if type(event) is Encoded and event.text is not None:
+                        chunks.append(event.text.encode())
+                        continue
+                    try:
+                        chunks.append(self._encode(event))
+                    except (TypeError, ValueError):
+                        chunks.append(encode(event))  # raises as ``emit`` does
+            finally:  # what came before an event JSON cannot carry is written, as by ``emit``
+                try:
+                    self.stream.write(b"".join(chunks))
+                except (OSError, ValueError):
+                    pass
 
     def flush(self) -> None:
         if self.abandoned:

@@ -8,6 +8,7 @@ Statuses: ``alive``; ``freed`` (released by an earlier pass without retain_graph
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -109,6 +110,78 @@ def _modified_by(data: Any, saved: int, now: int) -> dict[str, Any] | None:
         return None
     history = [h for h in inplace_history(data) if saved < h.get("version", 0) <= now]
     return history[0] if history else None
+
+
+_RECORDS: dict[tuple, tuple[list[dict[str, Any]], str]] = {}
+_RECORDS_MAX = 4096
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """``saved_status(node)`` and its JSON text, for a node event of a recorded pass.
+
+    Nodes of one kind in a model's repeated layers save alike: the same names, shapes and
+    numbers. So the common case (every saved tensor alive, unmodified, saved without hooks) is
+    keyed by what decides the entries and looked up: equal keys give the same list (shared,
+    never mutated) and text. Anything else is read as ``saved_status`` reads it (text None).
+    """
+    kind = type(node)
+    plan = _PLANS.get(kind)
+    if plan is None:
+        tensors, scalars = _attribute_names(node)
+        plan = _PLANS[kind] = (tuple((_RAW + n, "_saved_" + n, n) for n in tensors),
+                               tuple("_saved_" + n for n in scalars))
+    tensors, scalars = plan
+    if not tensors and not scalars:
+        return [], "[]"
+    try:
+        key: list[Any] = [kind]
+        if tensors:
+            recorded = node.metadata.get(VERSIONS_KEY)
+            for raw_attr, attr, name in tensors:
+                raw = getattr(node, raw_attr)
+                if type(raw) is not _SavedTensor or raw.unpack_hook is not None:
+                    return saved_status(node), None
+                data = raw.data
+                if data is None:
+                    if getattr(node, attr) is not None:  # freed: raises, or not
+                        return saved_status(node), None
+                    key.append(None)  # "none": PyTorch never saved it
+                    continue
+                saved = recorded.get(name) if recorded else None
+                if saved is not None and saved != data._version:
+                    return saved_status(node), None  # modified: its culprit is looked up
+                key += (data.shape, data.dtype, data.nbytes, saved)
+        for attr in scalars:
+            try:
+                value = getattr(node, attr)
+            except RuntimeError:
+                key.append(_SKIPPED)
+                continue
+            kind = type(value)
+            if kind is int or kind is bool or kind is str or value is None:
+                key += (kind, value)
+            elif kind is tuple and _INTS.issuperset(map(type, value)):
+                key += (kind, value)  # sizes and strides
+            elif kind is float:
+                key += (kind, repr(value))  # -0.0 == 0.0, but they read differently
+            else:
+                return saved_status(node), None  # tensors, lists, anything else
+        whole = tuple(key)
+        hit = _RECORDS.get(whole)
+        if hit is None:
+            out = saved_status(node)
+            if len(_RECORDS) >= _RECORDS_MAX:
+                _RECORDS.clear()
+            hit = _RECORDS[whole] = (out, _encode(out))
+        return hit
+    except Exception:  # noqa: BLE001 - read it the careful way
+        return saved_status(node), None
+
+
+_PLANS: dict[type, tuple[tuple[tuple[str, str, str], ...], tuple[str, ...]]] = {}
+_INTS = frozenset({int})
+_SKIPPED = object()
 
 
 def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:

@@ -19,13 +19,14 @@ from typing import Any
 import torch
 
 from backstep.engine import summary_device, transfers
-from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat, put_extremes
+from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat  # noqa: F401
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
 BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
+_STRIDED = torch.strided
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
@@ -98,6 +99,7 @@ def summarize(t: Any, hist: bool = False) -> dict[str, Any] | None:
     if hist and out is not None:
         counts = _histogram(t, out)
         if counts is not None:
+            out = dict(out)  # a plain dict: its encoded text would miss the histogram
             out["hist"] = counts
     return out
 
@@ -202,14 +204,16 @@ class SummaryBatch:
     rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host", "_done")
 
     def __init__(self) -> None:
-        self._tensors: list[torch.Tensor | None] = []
+        self._tensors: list[torch.Tensor | None] = []  # None: in ``_host``, or reduced already
         self._slots: dict[int, int] = {}
         self.nbytes = 0
         self._arrivals: summary_device.Arrivals | None = None
         self._device_held = 0
+        self._host: dict[torch.dtype, Any] = {}  # host tensors by dtype (summary_host.HostGroup)
+        self._done: dict[int, dict[str, Any]] = {}  # slot -> summary written by ``settle``
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -227,11 +231,13 @@ class SummaryBatch:
                     return slot
             slot = len(self._tensors)
             try:
-                size = t.element_size() * t.numel()
+                n = t.numel()
+                size = t.element_size() * n
             except (RuntimeError, TypeError):
-                size = 0
-            if (summary_device.FORCE or not t.is_cpu) and _batchable(t):
-                if t.numel() > LARGE or self._device_held + size > summary_device.HELD_BYTES:
+                n, size = -1, 0
+            device = summary_device.FORCE or not t.is_cpu
+            if device and _batchable(t):
+                if n > LARGE or self._device_held + size > summary_device.HELD_BYTES:
                     if self._arrivals is None:
                         self._arrivals = summary_device.Arrivals()
                     try:
@@ -243,38 +249,87 @@ class SummaryBatch:
                 self._device_held += size
             else:
                 self.nbytes += size
+                # _batchable(t), knowing that t is a host tensor (so not a meta one)
+                try:
+                    dtype = t.dtype
+                    host = (not device and 0 < n <= LARGE and type(t) in PLAIN
+                            and dtype in BATCHABLE and t.layout == _STRIDED)
+                    if host:
+                        group = self._host.get(dtype)
+                        if group is None:
+                            from backstep.engine.summary_host import HostGroup
+
+                            group = self._host[dtype] = HostGroup()
+                        group.add(t, slot, n, SMALL)
+                        self._slots[key] = slot
+                        self._tensors.append(None)
+                        return slot
+                except Exception:  # noqa: BLE001 - summarised the careful way instead
+                    pass
             self._slots[key] = slot
             self._tensors.append(t)
         return slot
+
+    def settle(self) -> None:
+        """Reduce the host tensors held so far and let them go: ``nbytes`` drops to 0, and
+        ``compute`` later writes their summaries with the rest (one rounding, one read).
+        Accelerator tensors stay as they are. Never raises."""
+        tensors = self._tensors
+        with torch.no_grad():
+            for dtype, group in self._host.items():
+                try:
+                    group.settle(dtype, self._done)
+                except Exception:  # noqa: BLE001 - a summary must never break the pass
+                    for i, t in zip(group.slots, group.tensors, strict=True):
+                        self._done[i] = self._careful_safe(t)
+                    group._clear()
+        for i, t in enumerate(tensors):
+            if t is None:
+                continue
+            try:
+                if _batchable(t) and (summary_device.FORCE or not t.is_cpu):
+                    continue  # the device path's
+            except (RuntimeError, TypeError, NotImplementedError):
+                pass
+            self._done[i] = self._careful_safe(t)
+            tensors[i] = None
+        # a tensor let go may be freed and its id() reused: later ones take new slots
+        self._slots = {k: v for k, v in self._slots.items() if tensors[v] is not None}
+        self.nbytes = 0
 
     def compute(self) -> list[dict[str, Any] | None]:
         """Summaries in slot order; empties the batch. Never raises."""
         tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
         arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
+        host, self._host = self._host, {}
+        done, self._done = self._done, {}
         results: list[dict[str, Any] | None] = [None] * len(tensors)
-        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for i, summary in done.items():
+            results[i] = summary
         on_device: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]] = {}
         for i, t in enumerate(tensors):
             if t is None:
-                continue  # reduced when it arrived
+                continue  # in a host group, or reduced when it arrived
             try:
                 if _batchable(t):
                     if summary_device.FORCE or not t.is_cpu:
                         on_device.setdefault((t.dtype, t.device), []).append((i, t))
                         continue
-                    if t.numel() <= LARGE:
-                        groups.setdefault((t.dtype, t.device), []).append(i)
-                        continue
             except (RuntimeError, TypeError, NotImplementedError):
                 pass
             results[i] = self._careful_safe(t)
-        with torch.no_grad():
-            for (dtype, _), indices in groups.items():
-                try:
-                    self._compute_group(dtype, [tensors[i] for i in indices], indices, results)
-                except Exception:  # noqa: BLE001 - a summary must never break the user's pass
-                    for i in indices:
-                        results[i] = self._careful_safe(tensors[i])
+        if host:
+            with torch.no_grad():
+                for dtype, group in host.items():
+                    try:
+                        group.compute(dtype, results)
+                    except Exception:  # noqa: BLE001 - a summary must never break the pass
+                        for i, t in zip(group.slots, group.tensors, strict=True):
+                            results[i] = self._careful_safe(t)
+                        for chunk in group.settled:  # reduced, but not written
+                            for i, shape in zip(chunk.slots, chunk.shapes, strict=True):
+                                if results[i] is None:
+                                    results[i] = _failed_summary(shape, dtype)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
         return results
@@ -292,66 +347,10 @@ class SummaryBatch:
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
 
-    @staticmethod
-    def _compute_group(
-        dtype: torch.dtype,
-        group: list[torch.Tensor],
-        indices: list[int],
-        results: list[dict[str, Any] | None],
-    ) -> None:
-        # Views of the same memory (a transpose, a reshape) have the same statistics: reduce
-        # each block of memory once.
-        unique: dict[tuple, int] = {}
-        reps: list[torch.Tensor] = []
-        owner: list[int] = []
-        for t in group:
-            key = _memory_key(t) if t.numel() > SMALL else None
-            j = unique.get(key) if key is not None else None
-            if j is None:
-                j = len(reps)
-                reps.append(t.detach())
-                if key is not None:
-                    unique[key] = j
-            owner.append(j)
-        extrema = [t.aminmax() for t in reps]
-        norms = torch._foreach_norm(reps)
-        sums = [t.sum() for t in reps]
-        raw = torch.stack(
-            [
-                torch.stack([e.min for e in extrema]),
-                torch.stack([e.max for e in extrema]),
-                torch.stack(norms),
-                torch.stack(sums),
-            ]
-        ).to(torch.float64)
-        stats = transfers.read(raw)
-        digits = _DIGITS.get(dtype)
-        shown = transfers.read(_round_digits(raw, digits)) if digits else stats
-        small = [t.reshape(-1) for t in group if t.numel() <= SMALL]
-        small_values = transfers.read(torch.cat(small)) if small else []
-        mins, maxs, norm_list, sum_list = stats
-        shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
-        pos = 0
-        for t, i, j in zip(group, indices, owner, strict=True):
-            lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
-            n = t.numel()
-            finite = math.isfinite(lo) and math.isfinite(hi)
-            overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
-            if overflowed:
-                # finite values whose float32 norm or sum overflowed: redo those in float64
-                norm = float(transfers.read(
-                    torch.linalg.vector_norm(t.detach(), dtype=torch.float64)))
-                total = float(transfers.read(t.detach().sum(dtype=torch.float64)))
-            out = _base(t)
-            put_extremes(out, (shown_min[j], shown_max[j], shown_norm[j])  # rounded in one go
-                         if finite and not overflowed else None, lo, hi, norm, dtype)
-            out["mean"] = _stat(total / n, dtype)
-            out["nonfinite"] = (0 if finite
-                                else int(transfers.read((~torch.isfinite(t.detach())).sum())))
-            if n <= SMALL:
-                out["values"] = _values(small_values[pos : pos + n], dtype)
-                pos += n
-            results[i] = out
+def _failed_summary(shape: list[int], dtype: torch.dtype) -> dict[str, Any]:
+    return {"shape": shape, "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
+            "max": None, "mean": None, "norm": None, "nonfinite": None,
+            "note": "summary failed"}
 
 
 def _batchable(t: torch.Tensor) -> bool:
@@ -361,19 +360,3 @@ def _batchable(t: torch.Tensor) -> bool:
                 and not t.is_meta and t.numel() > 0)
     except (RuntimeError, TypeError, NotImplementedError):
         return False
-
-
-def _memory_key(t: torch.Tensor) -> tuple | None:
-    """Identifies the block of memory a dense tensor covers, whatever its view shape."""
-    try:
-        if t.is_contiguous():
-            return (t.data_ptr(), t.numel())
-        dims = sorted(zip(t.stride(), t.shape, strict=True), reverse=True)
-        expected = 1
-        for stride, size in reversed(dims):
-            if size != 1 and stride != expected:
-                return None  # overlapping or strided: not a permutation of a dense block
-            expected *= size
-        return (t.data_ptr(), t.numel())
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None

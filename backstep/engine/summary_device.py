@@ -71,7 +71,8 @@ class Block:
 def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, Any]],
            held: bool) -> Block:
     """Queue the device reductions of same-dtype tensors; nothing is read here."""
-    from backstep.engine.summary import SMALL, _memory_key
+    from backstep.engine.summary import SMALL
+    from backstep.engine.summary_host import memory_key as _memory_key
 
     dtype = tensors[0].dtype
     unique: dict[tuple, int] = {}

@@ -15,7 +15,6 @@ left on a retained graph never blocks a later, unrelated backward. Hooks never r
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import weakref
@@ -31,9 +30,11 @@ from backstep.engine.capture.passes import (
     RETAINED_KEY,
     Pass,
     _freeze_gc,
+    _unfreeze_gc,
 )
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.controller import Controller
+from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
@@ -138,27 +139,32 @@ class Capture(Hooks, Output, TensorValues):
             except Exception as exc:
                 self._post_mortem(number, t_outputs, args, kwargs, exc)
                 raise
+        # the walk and the hooks allocate thousands of objects too: freeze before them
+        frozen = self.record and _freeze_gc()
         try:
             p = self._begin(number, t_outputs, args, kwargs, live)
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
             p = None
+        if frozen and (p is None or not p.record):
+            _unfreeze_gc()
+            frozen = False
         if p is None:
             return original(t_outputs, *args, **kwargs)
         stack = self._stack()
         stack.append(p)
-        frozen = p.record and _freeze_gc()
+        frozen = frozen or (p.record and _freeze_gc())
         try:
             result = original(t_outputs, *args, **kwargs)
         except BaseException as exc:
             stack.pop()
             self._end(p, exc)
             if frozen:
-                gc.unfreeze()
+                _unfreeze_gc()
             raise
         stack.pop()
         self._end(p, None)
         if frozen:
-            gc.unfreeze()
+            _unfreeze_gc()
         return result
 
     def _stack(self) -> list[Pass]:
@@ -235,18 +241,22 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
-        self._emit(
-            {
-                "event": "pass_begin",
-                "pass": p.number,
-                "parent": p.parent,
-                "api": p.api,
-                **p.options,
-                "roots": [graph.ids[i] for i in p.options["roots"]],
-                "thread": threading.current_thread().name,
-                "nodes": [graph.describe(i, p.leaf_names.get(i)) for i in range(len(graph))],
-            }
-        )
+        nodes, nodes_text = graph.describe_all(p.leaf_names)
+        event = Encoded({
+            "event": "pass_begin",
+            "pass": p.number,
+            "parent": p.parent,
+            "api": p.api,
+            **p.options,
+            "roots": [graph.ids[i] for i in p.options["roots"]],
+            "thread": threading.current_thread().name,
+        })
+        try:  # the node list is written from its parts' texts; "nodes" comes last
+            event.text = f'{compact_json(event)[:-1]},"nodes":{nodes_text}}}\n'
+        except (TypeError, ValueError):
+            event.text = None  # the sink encodes it, and says what JSON cannot carry
+        event["nodes"] = nodes
+        self._emit(event)
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

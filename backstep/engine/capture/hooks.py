@@ -29,7 +29,7 @@ from backstep.engine.capture.passes import (
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink
-from backstep.engine.saved import has_saved, saved_status
+from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import summarize
 
 
@@ -126,24 +126,28 @@ class Hooks:
         if p.record:
             graph = p.graph
             node = graph.nodes[i]
-            add = p.batch.add
+            batch = p.batch
+            add = batch.add
             go = [add(g) for g in grad_outputs]
             gi = [add(g) for g in grad_inputs]
-            saved = saved_status(node) if has_saved(node) else []
+            saved, saved_text = saved_record(node)
             after = None
             if graph.names[i] == _ACCUMULATE:
                 variable = node.variable
                 after = (add(variable.grad), variable._version)
             # a node run on another thread than its pass's (a CUDA device thread) says which
             thread = None if get_ident() == p.thread else threading.current_thread().name
-            p.records.append((i, step, go, gi, saved, after, thread))
+            records = p.records
+            records.append((i, step, go, gi, saved, saved_text, after, thread))
             if controller is not None:
                 held = p.held
-                held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
+                held[graph.ids[i]] = (grad_outputs, grad_inputs)
                 if len(held) > HELD_NODES:
                     del held[next(iter(held))]
-            if len(p.records) >= BATCH_NODES or p.batch.nbytes >= BATCH_BYTES:
+            if len(records) >= BATCH_NODES:
                 self._flush(p)
+            elif batch.nbytes >= BATCH_BYTES:
+                batch.settle()  # reduce what is held and let it go; written at the flush
         if controller is None or controller.detached or p.finishing:
             return
         if controller.interrupt and not p.has_pre:

@@ -7,6 +7,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from backstep.engine.capture.lines import (
+    accumulate_text,
+    group_text,
+    name_text,
+    node_text,
+)
 from backstep.engine.capture.passes import (
     _ACCUMULATE,
     RETAINED_KEY,
@@ -15,8 +21,9 @@ from backstep.engine.capture.passes import (
     _Retained,
 )
 from backstep.engine.controller import Controller
+from backstep.engine.encoded import Encoded
 from backstep.engine.graph import display_name
-from backstep.engine.recorder import Sink
+from backstep.engine.recorder import Sink, emit_all
 from backstep.engine.saved import has_saved, saved_status
 from backstep.engine.summary import SummaryBatch
 
@@ -83,43 +90,54 @@ class Output:
             return {}
         records, p.records = p.records, []
         summaries = p.batch.compute()
+        texts = [None if s is None else getattr(s, "text", None) for s in summaries]
         graph = p.graph
         ids, names = graph.ids, graph.names
         number = p.number
-        emit = self._emit
+        events: list[dict[str, Any]] = []
+        emit = events.append
         out = {}
-        for i, step, go, gi, saved, after, thread in records:
+        for i, step, go, gi, saved, saved_text, after, thread in records:
             gi_summaries = [None if s is None else summaries[s] for s in gi]
             out[i] = gi_summaries
             node_id = ids[i]
             name = names[i]
-            event = {
+            shown = display_name(name)
+            event = Encoded({
                 "event": "node",
                 "pass": number,
                 "step": step,
                 "id": node_id,
-                "name": display_name(name),
+                "name": shown,
                 "grad_outputs": [None if s is None else summaries[s] for s in go],
                 "grad_inputs": gi_summaries,
                 "saved": saved,
                 "error": None,
-            }
+            })
             if thread is not None:
                 event["thread"] = thread
+            event.text = node_text(number, step, node_id, name_text(shown),
+                                   group_text(go, texts), group_text(gi, texts), saved_text,
+                                   thread)
             emit(event)
             if name == _ACCUMULATE:
-                emit(
-                    {
-                        "event": "accumulate",
-                        "pass": number,
-                        "leaf": p.leaf_names.get(i),
-                        "id": node_id,
-                        "before": p.before.get(i),
-                        "after": summaries[after[0]] if after[0] is not None else None,
-                        "retained": False,
-                        "version": after[1],
-                    }
-                )
+                leaf, before = p.leaf_names.get(i), p.before.get(i)
+                after_summary = summaries[after[0]] if after[0] is not None else None
+                accumulate = Encoded({
+                    "event": "accumulate",
+                    "pass": number,
+                    "leaf": leaf,
+                    "id": node_id,
+                    "before": before,
+                    "after": after_summary,
+                    "retained": False,
+                    "version": after[1],
+                })
+                accumulate.text = accumulate_text(number, leaf, node_id, before, after_summary,
+                                                  after[1])
+                emit(accumulate)
+        if self.sink is not None:
+            emit_all(self.sink, events)
         return out
 
     def _end(self, p: Pass, exc: BaseException | None) -> None:

@@ -99,14 +99,30 @@ def _freeze_gc() -> bool:
 
     Recording allocates a few dicts per node; each full collection that triggers would walk every
     object the program has (torch alone tracks ~150,000), which measured 40% of a trace's cost.
-    Frozen objects are only exempt until ``gc.unfreeze()`` at pass end: what the program computes
-    is unchanged, only when pre-existing cyclic garbage is collected. Left alone when the program
-    froze objects itself or turned the collector off.
+    The pass's own objects are short-lived and acyclic: the youngest generation's threshold is
+    raised too, so they are not walked every 700 allocations (7% of a trace). Frozen objects are
+    only exempt until ``_unfreeze_gc()`` at pass end, which also puts the thresholds back: what
+    the program computes is unchanged, only when cyclic garbage is collected. Left alone when the
+    program froze objects itself or turned the collector off.
     """
     if not gc.isenabled() or gc.get_freeze_count():
         return False
     gc.freeze()
+    _THRESHOLDS[:] = gc.get_threshold()
+    first = _THRESHOLDS[0]
+    if 0 < first < PASS_GC_THRESHOLD:
+        gc.set_threshold(PASS_GC_THRESHOLD, *_THRESHOLDS[1:])
     return True
+
+
+def _unfreeze_gc() -> None:
+    if _THRESHOLDS and gc.get_threshold()[0] == PASS_GC_THRESHOLD:
+        gc.set_threshold(*_THRESHOLDS)
+    gc.unfreeze()
+
+
+PASS_GC_THRESHOLD = 100_000
+_THRESHOLDS: list[int] = []
 
 
 class _Retained:

@@ -23,7 +23,7 @@ from typing import Any
 
 from backstep.engine.diagnostics.grad_none import ParameterCheck, WarningHook
 from backstep.engine.diagnostics.rules import EventRules, Found
-from backstep.engine.recorder import Sink
+from backstep.engine.recorder import Sink, emit_all
 
 MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, not repeated
 
@@ -47,13 +47,60 @@ class Diagnostician:
 
     # -- Sink ----------------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
-        self.inner.emit(event)
         local = self._local
+        collected = getattr(local, "collected", None)
+        if collected is not None:
+            collected.append(event)  # re-entered inside emit_many: written in its place there
+        else:
+            self.inner.emit(event)
         if getattr(local, "busy", False):
             # Re-entered on this thread (a graph_released finalizer ran while we worked):
             # analyse it after the event at hand, never while its state is half updated.
             local.pending.append(event)
             return
+        self._follow(event, self.inner.emit)
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        """``emit`` each event in turn, handing them and their diagnoses on in one batch."""
+        local = self._local
+        if getattr(local, "busy", False) or getattr(local, "collected", None) is not None:
+            for event in events:
+                self.emit(event)
+            return
+        out: list[dict[str, Any]] = []
+        local.collected = out
+        local.busy, local.pending = True, []
+        analyse = self._analyse
+        try:
+            for event in events:
+                out.append(event)
+                try:
+                    found = analyse(event)
+                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                    found = _NOTHING
+                if found:
+                    out.extend(found)
+                while local.pending:  # emitted while it was analysed: those next, in turn
+                    queue, local.pending = local.pending, []
+                    while queue:
+                        queued = queue.pop(0)
+                        try:
+                            found = analyse(queued)
+                        except Exception:  # noqa: BLE001
+                            found = _NOTHING
+                        out.extend(found)
+                        if local.pending:
+                            queue += local.pending
+                            local.pending = []
+        finally:
+            local.busy = False
+            local.collected = None
+            emit_all(self.inner, out)
+
+    def _follow(self, event: dict[str, Any], put: Any) -> None:
+        """Analyse ``event`` (then whatever was emitted while it was analysed) and ``put`` each
+        diagnosis found."""
+        local = self._local
         local.busy, local.pending = True, []
         try:
             queue = None  # the common case: one event, no diagnosis, nothing re-entered
@@ -63,7 +110,7 @@ class Diagnostician:
                 except Exception:  # noqa: BLE001 - a diagnosis must never break the script
                     found = _NOTHING
                 for diag in found:
-                    self.inner.emit(diag)
+                    put(diag)
                 if local.pending:
                     queue = (queue or []) + local.pending
                     local.pending.clear()

@@ -1,0 +1,235 @@
+"""Summaries of a batch of host (CPU) tensors of one dtype: a few kernels and one read for them
+all, then each summary written as a dict and its JSON text (``encoded``) in one go.
+
+Per tensor: ``aminmax`` and ``sum``, and one ``_foreach_norm`` over the batch. These are the
+values traces have always carried: min and max (NaN and Inf propagate, so a finite pair means no
+non-finite value), the mean from the dtype's own sum, the norm from ``_foreach_norm``; only where
+the norm or sum overflowed the dtype are they redone in float64. Views of one block of memory are
+reduced once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from backstep.engine import transfers
+from backstep.engine.encoded import Encoded, json_safe
+from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
+from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _values
+
+_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
+
+
+class HostGroup:
+    """Host tensors of one dtype in a summary batch, held until they are reduced.
+
+    ``settle`` reduces what is held and lets it go (a batch that holds too many bytes), keeping
+    only the reductions; ``compute`` reduces the rest and writes every summary, rounding and
+    reading all the settled reductions at once. (Reducing each tensor as it arrives, while the
+    gradient a node just wrote is in the cache, measured slower.)
+    """
+
+    __slots__ = ("slots", "tensors", "numels", "owner", "unique", "reps", "settled")
+
+    def __init__(self) -> None:
+        self.slots: list[int] = []
+        self.tensors: list[torch.Tensor] = []
+        self.numels: list[int] = []
+        self.owner: list[int] = []  # index in ``reps`` of the block each tensor reads
+        self.unique: dict[tuple, int] = {}  # block of memory -> index in ``reps``
+        self.reps: list[torch.Tensor] = []  # one tensor per block of memory
+        self.settled: list[_Settled] = []
+
+    def add(self, t: torch.Tensor, slot: int, n: int, small: int) -> None:
+        """Views of one block of memory (a transpose, a reshape) share their reduction."""
+        if n > small:
+            key = (t.data_ptr(), n) if t.is_contiguous() else memory_key(t)
+            j = self.unique.get(key) if key is not None else None
+        else:
+            key = j = None
+        if j is None:
+            j = len(self.reps)
+            self.reps.append(t)
+            if key is not None:
+                self.unique[key] = j
+        self.owner.append(j)
+        self.slots.append(slot)
+        self.tensors.append(t)
+        self.numels.append(n)
+
+    def _reduce(self) -> torch.Tensor:
+        """min, max, norm and sum of every block, as a (4, blocks) float64 tensor."""
+        reps = self.reps
+        extrema = [t.aminmax() for t in reps]
+        norms = torch._foreach_norm(reps)
+        sums = [t.sum() for t in reps]
+        return torch.stack(
+            [
+                torch.stack([e.min for e in extrema]),
+                torch.stack([e.max for e in extrema]),
+                torch.stack(norms),
+                torch.stack(sums),
+            ]
+        ).to(torch.float64)
+
+    def _clear(self) -> None:
+        self.slots, self.tensors, self.numels, self.owner = [], [], [], []
+        self.unique, self.reps = {}, []
+
+    def settle(self, dtype: torch.dtype, results: dict[int, dict[str, Any]]) -> None:
+        """Reduce the held tensors now and drop them. A batch whose every statistic is finite
+        keeps its reductions for ``compute``; any other is written to ``results`` at once (its
+        non-finite counts and float64 redos need the tensors). Runs under ``torch.no_grad()``."""
+        if not self.tensors:
+            return
+        raw = self._reduce()
+        if bool(torch.isfinite(raw).all()):
+            small = [t.reshape(-1) for t, n in zip(self.tensors, self.numels, strict=True)
+                     if n <= SMALL]
+            self.settled.append(_Settled(
+                self.slots, [list(t.shape) for t in self.tensors], self.numels, self.owner,
+                raw, torch.cat(small) if small else None, self.tensors[0].device))
+        else:
+            _write(dtype, self.tensors, self.numels, self.slots, self.owner, raw, None,
+                   results)
+        self._clear()
+
+    def compute(self, dtype: torch.dtype, results: Any) -> None:
+        """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
+        if not self.settled:
+            _write(dtype, self.tensors, self.numels, self.slots, self.owner, self._reduce(),
+                   None, results)
+            return
+        # the settled batches and what is held, in one _write: one rounding, one read
+        chunks = self.settled
+        if self.tensors:
+            self.settle(dtype, results)  # finite, or written out by now
+        if not chunks:
+            return
+        slots: list[int] = []
+        shapes: list[list[int]] = []
+        numels: list[int] = []
+        owner: list[int] = []
+        raws, smalls = [], []
+        offset = 0
+        for chunk in chunks:
+            slots += chunk.slots
+            shapes += chunk.shapes
+            numels += chunk.numels
+            owner += [j + offset for j in chunk.owner]
+            offset += chunk.raw.shape[1]
+            raws.append(chunk.raw)
+            if chunk.small is not None:
+                smalls.append(chunk.small)
+        raw = torch.cat(raws, dim=1)
+        small = torch.cat(smalls) if smalls else None
+        _write(dtype, shapes, numels, slots, owner, raw, small, results,
+               device=chunks[0].device)
+
+
+class _Settled:
+    """A settled batch: its reductions, and what its summaries need of its tensors."""
+
+    __slots__ = ("slots", "shapes", "numels", "owner", "raw", "small", "device")
+
+    def __init__(self, slots: list[int], shapes: list[list[int]], numels: list[int],
+                 owner: list[int], raw: torch.Tensor, small: torch.Tensor | None,
+                 device: torch.device) -> None:
+        self.slots, self.shapes, self.numels, self.owner = slots, shapes, numels, owner
+        self.raw, self.small, self.device = raw, small, device
+
+
+def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: list[int],
+           owner: list[int], raw: torch.Tensor, small: torch.Tensor | None, results: Any,
+           device: torch.device | None = None) -> None:
+    """Summaries from the reductions ``raw`` (4 rows, one column per block of memory).
+
+    ``group`` holds the tensors, or (settled, every statistic finite) their shapes, with
+    ``small`` the values of the small ones. Each block's numbers are rounded and written once:
+    views of one block differ only in their shape.
+    """
+    stats = transfers.read(raw)
+    digits = _DIGITS.get(dtype)
+    shown = transfers.read(_round_digits(raw, digits)) if digits else stats
+    if small is None:
+        held = [t.reshape(-1) for t, n in zip(group, numels, strict=True)
+                if n <= SMALL and isinstance(t, torch.Tensor)]
+        small = torch.cat(held) if held else None
+    small_values = transfers.read(small) if small is not None else []
+    mins, maxs, norm_list, sum_list = stats
+    shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
+    dtype_name = _dtype_name(dtype)
+    device_name = _device_name(device if device is not None else group[0].device)
+    # the JSON text of a finite summary, as json.dumps(d, separators=(",", ":")) writes it
+    head: str | None = f'"dtype":"{dtype_name}","device":"{device_name}",'
+    if not (json_safe(dtype_name) and json_safe(device_name)):
+        head = None
+    mean_format = _MEAN_FORMAT.get(dtype)
+    isfinite = math.isfinite
+    written: dict[int, tuple[Any, Any, Any, Any, str]] = {}  # block -> its numbers and text
+    pos = 0
+    for t, n, i, j in zip(group, numels, indices, owner, strict=True):
+        done = written.get(j)
+        if done is None:
+            lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
+            if isfinite(lo) and isfinite(hi) and isfinite(norm) and isfinite(total):
+                # the common case, as put_extremes and _stat write it
+                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
+                if a != a:
+                    a = _stat(lo, dtype)
+                if b != b:
+                    b = _stat(hi, dtype)
+                if c != c:
+                    c = _stat(norm, dtype)
+                mean = total / n  # every view of the block has its number of elements
+                if mean_format is not None:
+                    mean = float(mean_format % mean)
+                tail = f'"min":{a!r},"max":{b!r},"mean":{mean!r},"norm":{c!r},"nonfinite":0'
+                done = written[j] = (a, b, mean, c, tail)
+        if done is not None:
+            a, b, mean, c, tail = done
+            shape = t if type(t) is list else list(t.shape)
+            out = Encoded({"shape": shape, "dtype": dtype_name, "device": device_name,
+                           "min": a, "max": b, "mean": mean, "norm": c, "nonfinite": 0})
+            text = (None if head is None else
+                    f'{{"shape":[{",".join(map(str, shape))}],{head}{tail}')
+            if n <= SMALL:
+                values = out["values"] = _values(small_values[pos : pos + n], dtype)
+                pos += n
+                if text is not None:
+                    text += ',"values":[' + ",".join(map(repr, values)) + "]"
+            out.text = None if text is None else text + "}"
+            results[i] = out
+            continue
+        finite = isfinite(lo) and isfinite(hi)
+        if finite:
+            # finite values whose norm or sum overflowed the dtype: redo those in float64
+            norm = float(transfers.read(torch.linalg.vector_norm(t, dtype=torch.float64)))
+            total = float(transfers.read(t.sum(dtype=torch.float64)))
+        out = _base(t)
+        put_extremes(out, None, lo, hi, norm, dtype)
+        out["mean"] = _stat(total / n, dtype)
+        out["nonfinite"] = 0 if finite else int(transfers.read((~torch.isfinite(t)).sum()))
+        if n <= SMALL:
+            out["values"] = _values(small_values[pos : pos + n], dtype)
+            pos += n
+        results[i] = out
+
+
+def memory_key(t: torch.Tensor) -> tuple | None:
+    """Identifies the block of memory a dense tensor covers, whatever its view shape."""
+    try:
+        if t.is_contiguous():
+            return (t.data_ptr(), t.numel())
+        dims = sorted(zip(t.stride(), t.shape, strict=True), reverse=True)
+        expected = 1
+        for stride, size in reversed(dims):
+            if size != 1 and stride != expected:
+                return None  # overlapping or strided: not a permutation of a dense block
+            expected *= size
+        return (t.data_ptr(), t.numel())
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
