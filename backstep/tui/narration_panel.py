@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rich.markdown import Markdown
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from backstep.demo.narration import MISSING, fields, measured, render
@@ -24,11 +26,14 @@ class Narration(Protocol):
     def text_for(self, pass_: int, step: int, node: str) -> str | None: ...
 
 
-class NarrationPanel(Static):
-    """Shows the intro, then the text for each stop, then the outro once the script exits."""
+class NarrationPanel(VerticalScroll):
+    """Shows the intro, then the text for each stop, then the outro once the script exits.
+
+    The text sits in a scrolling container: at 80x24 the panel has four rows, and a stop's text
+    is longer, so it scrolls (wheel, or arrows once focused) inside the panel's border."""
 
     def __init__(self, narration: Narration, **kwargs: object) -> None:
-        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.narration = narration
         self.border_title = narration.title or "Narration"
         self.template = narration.intro or ""
@@ -38,8 +43,10 @@ class NarrationPanel(Static):
         self._saved: dict[str, int] = {}  # the current stop's saved tensors: name -> bytes
         self._noted: dict[int, int] = {}  # per pass: how many executed nodes _ids has seen
 
+    def compose(self) -> ComposeResult:
+        yield Static(Markdown(self.text), id="narration-text")
+
     def on_mount(self) -> None:
-        self.update(Markdown(self.text))
         # console output can arrive after the stop or exit it explains: fill late values in
         self.set_interval(0.25, self._fill_missing)
 
@@ -91,4 +98,5 @@ class NarrationPanel(Static):
         text = render(self.template, self.values() if fields(self.template) else {})
         if text != self.text:
             self.text = text
-            self.update(Markdown(text))
+            self.query_one("#narration-text", Static).update(Markdown(text))
+            self.scroll_home(animate=False)
