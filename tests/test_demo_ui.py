@@ -14,6 +14,7 @@ from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.live import LiveLink
 from backstep.tui.narration_panel import NarrationPanel
+from tests.test_tui import screen_text
 from tests.tui_fixtures import RecordingLink, example_events
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,5 +197,23 @@ def test_narration_scrolls_inside_its_panel_at_80x24() -> None:
             await pilot.press("home")
             await pilot.wait_for_scheduled_animations()
             assert panel.scroll_y == 0
+
+    asyncio.run(walk())
+
+
+def test_arithmetic_in_a_narration_is_not_read_as_emphasis() -> None:
+    """graph_basics says ``16*3 = 48``: Markdown would take the stars for italics and print
+    ``163 = 48``. Stars outside code spans are literal; code spans stay code."""
+    demo = demos.find("graph_basics", REPO / "demos")
+    assert demo is not None
+    app = BackstepApp(RecordingLink(example_events(), stop=3), narration=narration.load(demo.narration))
+
+    async def walk() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            region = app.query_one(NarrationPanel).region
+            lines = screen_text(app).splitlines()[region.y : region.bottom]
+            shown = " ".join(" ".join(line[region.x + 2 : region.right - 2] for line in lines).split())
+            assert "d(x*y)/dx = y" in shown and "16*3 = 48" in shown, shown
 
     asyncio.run(walk())

@@ -6,6 +6,7 @@ Texts are templates filled from the run (see ``backstep.demo.narration``): value
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from rich.markdown import Markdown
@@ -16,6 +17,15 @@ from textual.widgets import Static
 from backstep.demo.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
 from backstep.tui.snapshot import Snapshot
+
+CODE_OR_STAR = re.compile(r"(`[^`]*`)|\*")
+
+
+def as_markdown(text: str) -> Markdown:
+    """A narration as Markdown, its ``*`` taken literally outside code spans: the texts are
+    about arithmetic (``d(x*y)/dx``, ``16*3 = 48``, ``x**2``), which Markdown would read as
+    emphasis and print as ``163 = 48`` in italics."""
+    return Markdown(CODE_OR_STAR.sub(lambda m: m.group(1) or r"\*", text))
 
 
 class Narration(Protocol):
@@ -44,7 +54,7 @@ class NarrationPanel(VerticalScroll):
         self._noted: dict[int, int] = {}  # per pass: how many executed nodes _ids has seen
 
     def compose(self) -> ComposeResult:
-        yield Static(Markdown(self.text), id="narration-text")
+        yield Static(as_markdown(self.text), id="narration-text")
 
     def on_mount(self) -> None:
         # console output can arrive after the stop or exit it explains: fill late values in
@@ -98,5 +108,5 @@ class NarrationPanel(VerticalScroll):
         text = render(self.template, self.values() if fields(self.template) else {})
         if text != self.text:
             self.text = text
-            self.query_one("#narration-text", Static).update(Markdown(text))
+            self.query_one("#narration-text", Static).update(as_markdown(text))
             self.scroll_home(animate=False)
