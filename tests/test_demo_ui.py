@@ -14,6 +14,8 @@ from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.live import LiveLink
 from backstep.tui.narration_panel import NarrationPanel
+from tests.test_tui import screen_text
+from tests.tui_fixtures import RecordingLink, example_events
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -170,3 +172,48 @@ def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
     assert f"(id {ids[(2, 4)]}; pass 1's was id {ids[(1, 4)]})" in stop_text
     assert outro.startswith("Checked: with detach()") and "own 80-byte storage" in outro
     assert "from\n0 to 1" in outro or "from 0 to 1" in outro
+
+
+def test_narration_scrolls_inside_its_panel_at_80x24() -> None:
+    """At 80x24 a stop's text is longer than the panel: it scrolls inside the bordered panel
+    (the panel ends inside the screen, above the status line) and its last line can be reached."""
+    demo = demos.find("graph_basics", REPO / "demos")
+    assert demo is not None
+    app = BackstepApp(RecordingLink(example_events(), stop=3), narration=narration.load(demo.narration))
+
+    async def walk() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(NarrationPanel)
+            text = panel.query_one("#narration-text")
+            assert "MulBackward0 receives 16" in panel.text
+            assert panel.region.bottom <= app.query_one("#status").region.y  # border on screen
+            assert text.region.height > panel.scrollable_content_region.height
+            assert panel.max_scroll_y == text.region.height - panel.scrollable_content_region.height
+            panel.focus()
+            await pilot.press("end")
+            await pilot.wait_for_scheduled_animations()
+            assert panel.scroll_y == panel.max_scroll_y > 0  # the last line is in view
+            await pilot.press("home")
+            await pilot.wait_for_scheduled_animations()
+            assert panel.scroll_y == 0
+
+    asyncio.run(walk())
+
+
+def test_arithmetic_in_a_narration_is_not_read_as_emphasis() -> None:
+    """graph_basics says ``16*3 = 48``: Markdown would take the stars for italics and print
+    ``163 = 48``. Stars outside code spans are literal; code spans stay code."""
+    demo = demos.find("graph_basics", REPO / "demos")
+    assert demo is not None
+    app = BackstepApp(RecordingLink(example_events(), stop=3), narration=narration.load(demo.narration))
+
+    async def walk() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            region = app.query_one(NarrationPanel).region
+            lines = screen_text(app).splitlines()[region.y : region.bottom]
+            shown = " ".join(" ".join(line[region.x + 2 : region.right - 2] for line in lines).split())
+            assert "d(x*y)/dx = y" in shown and "16*3 = 48" in shown, shown
+
+    asyncio.run(walk())

@@ -247,10 +247,14 @@ async def test_leaves_panel_after_the_pass() -> None:
         await pilot.press("f")
         await pilot.pause()
         text = screen_text(app)
-        x_row = re.search(r"│ x\s+None\s+64\s+\+64\s+1\s+(█+)", text)
-        y_row = re.search(r"│ y\s+None\s+32\s+\+32\s+1\s+(█+)", text)
+        x_row = re.search(r"│ x\s+None\s+64\s+\+64\s+1\s+(█+[▏▎▍▌▋▊▉]?)", text)
+        y_row = re.search(r"│ y\s+None\s+32\s+\+32\s+1\s+(█+[▏▎▍▌▋▊▉]?)", text)
         assert x_row and y_row, text
-        assert len(x_row.group(1)) == 2 * len(y_row.group(1))  # bars scale with the norm
+
+        def eighths(bar: str) -> int:
+            return sum(8 if c == "█" else " ▏▎▍▌▋▊▉".index(c) for c in bar)
+
+        assert eighths(x_row.group(1)) == 2 * eighths(y_row.group(1))  # bars scale with the norm
         assert "2/2 accumulated" in text
 
 

@@ -63,12 +63,14 @@ async def test_detail_and_status_fit_without_scrolling(size: tuple[int, int]) ->
         assert "other" in text and "alive" in text  # saved tensors and their status
         assert "outgoing" in text and "runs next" in text
         # short of width, the Gradients panel gets more room than Source (from 140 columns on,
-        # Source and Leaves keep 56 and the rest is shared)
+        # Source and Leaves keep 56 and the rest is shared; from 170 on they grow too)
         source, gradients = app.query_one("#source").region, app.query_one("#gradients").region
         if size[0] < 140 and source.height and source.y < gradients.bottom:
             assert gradients.width > source.width
-        if size[0] >= 140:
+        if 140 <= size[0] < 170:
             assert source.width == 56
+        if size[0] >= 170:
+            assert 56 < source.width <= gradients.width
 
 
 @pilot

@@ -66,7 +66,7 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "backstep"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (140, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (140, "-wide"), (170, "-xwide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-normal"), (40, "-tall")]
     BINDINGS = [
         Binding("n", "step", "step"),

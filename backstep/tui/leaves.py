@@ -18,9 +18,41 @@ from backstep.tui.snapshot import Accumulation, Snapshot, Summary, number
 from backstep.tui.titles import set_title
 
 BAR = 10
-# (label, width, right-aligned): sized so the table fits the 56-column panel of a 140x42 screen
+# (label, width, right-aligned): the widths at 140x42; ``column_widths`` fits them to the panel
 COLUMNS = (("leaf", 15, False), ("before", 8, True), ("now", 8, True), ("change", 9, True),
            ("n", 3, True), ("‖grad‖", BAR + 1, False))
+NAME_MIN = 12  # "…ln_2.weight": below this, "n" goes too; below 8 the table scrolls sideways
+NAME_WANT = 24  # a name this long has room before the bar grows to its full length
+RETAINED = " (retain_grad)"
+
+
+def column_widths(room: int) -> tuple[int, ...]:
+    """The columns' widths in ``room`` cells. The numbers keep their full width; the bar
+    narrows, then goes (F draws the same picture, and "now" has the norm), then "before" goes
+    ("change" says it), then "n"; the name takes the rest."""
+    name, before, now, change, passes, _ = (w for _, w, _ in COLUMNS)
+    fixed = before + now + change + passes
+    if room >= fixed + BAR + 1 + NAME_WANT:
+        bar = BAR + 1
+    elif room >= fixed + len("NaN/Inf") + 1 + 16:
+        bar = len("NaN/Inf") + 1
+    else:
+        bar = 0
+    if not bar and room < fixed + NAME_MIN:
+        before = 0
+    if not before and room < now + change + passes + NAME_MIN:
+        passes = 0
+    name = max(8, room - before - now - change - passes - bar)
+    return (name, before, now, change, passes, bar)
+
+
+def name_label(name: str, retained: bool, width: int) -> Text:
+    """A leaf's name in ``width`` cells, cut from the left only (the tail says which parameter);
+    " (retain_grad)" follows when the name keeps 8 cells beside it."""
+    if retained and width - len(RETAINED) >= min(len(name), 8):
+        return (Text(cut_left(name, width - len(RETAINED)), style="green")
+                .append(RETAINED, style="dim"))
+    return Text(cut_left(name, width), style="green")
 
 
 def cell(value: Text | str, width: int, right: bool) -> Text:
@@ -71,8 +103,8 @@ class Scale:
         self.low = min(finite, default=1.0)
         self.log = bool(finite) and self.top / self.low > 100
 
-    def bar(self, value: float | None) -> Text:
-        if value is None:
+    def bar(self, value: float | None, length: int = BAR) -> Text:
+        if value is None or length <= 0:
             return Text("")
         if not math.isfinite(value):
             return Text("NaN/Inf", style="bold white on red")
@@ -83,9 +115,9 @@ class Scale:
             frac = 0.05 + 0.95 * (math.log10(value) - math.log10(self.low)) / span if span else 1.0
         else:
             frac = value / self.top
-        cells = max(0.0, min(1.0, frac)) * BAR
+        cells = max(0.0, min(1.0, frac)) * length
         full = int(cells)
-        part = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < BAR else ""
+        part = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < length else ""
         return Text("█" * full + part.strip(), style="magenta")
 
 
@@ -94,7 +126,8 @@ class LeavesPanel(DataTable):
 
     Passes of a training loop reach the same leaves, so the rows stay when the pass changes
     and only the cells whose numbers changed are rewritten (a full rebuild re-measures every
-    cell of every row: hundreds of milliseconds for a few hundred parameters)."""
+    cell of every row: hundreds of milliseconds for a few hundred parameters). The columns fit
+    the panel's width (``column_widths``); every cell is rewritten only when that width changes."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=0,
@@ -108,10 +141,32 @@ class LeavesPanel(DataTable):
         self._inputs: list[object] = []  # what each row's cells were made from
         self._columns: list[object] = []
         self._keys: list[object] = []  # the rows' keys, in order
+        self._widths: tuple[int, ...] = tuple(w for _, w, _ in COLUMNS)
+        self._shown: Snapshot | None = None
 
     def on_mount(self) -> None:
-        for label, width, right in COLUMNS:
+        for (label, _, right), width in zip(COLUMNS, self._widths, strict=True):
             self._columns.append(self.add_column(cell(label, width, right), width=width))
+
+    def on_resize(self) -> None:
+        self.fit(self.scrollable_content_region.width)
+
+    def fit(self, room: int) -> None:
+        """Fit the columns to ``room`` cells; on a change, rewrite every cell (names re-cut)."""
+        widths = column_widths(room)
+        if widths == self._widths or room <= 0:
+            return
+        self._widths = widths
+        for (label, _, right), width, key in zip(COLUMNS, widths, self._columns, strict=True):
+            column = self.columns[key]  # type: ignore[index]
+            column.width = width
+            column.label = cell(label, width, right)
+        self._require_update_dimensions = True  # as DataTable's own add_column does
+        self._inputs = [None] * len(self._inputs)
+        self._key = None
+        if self._shown is not None:
+            self.show(self._shown)
+        self.refresh()
 
     def _graph_leaves(self, snapshot: Snapshot) -> list[str]:
         view = snapshot.pass_
@@ -133,6 +188,7 @@ class LeavesPanel(DataTable):
         if key == self._key and key is not None:
             return
         self._key = key
+        self._shown = snapshot
         if view is None:
             self._reset([])
             set_title(self, "Leaves (.grad)")
@@ -174,17 +230,16 @@ class LeavesPanel(DataTable):
         self._rows = list(names)
         self._inputs = []
 
-    @staticmethod
-    def _cells(name: str, acc: Accumulation | None, snapshot: Snapshot,
+    def _cells(self, name: str, acc: Accumulation | None, snapshot: Snapshot,
                scale: Scale) -> tuple[Text, ...]:
-        label = Text(cut_left(name, COLUMNS[0][1] - 1), style="green")  # cell pads 1
+        widths = self._widths
+        label = name_label(name, acc is not None and acc.retained, widths[0] - 1)  # cell pads 1
+        bar = widths[-1] - 1
         if acc is None:
             row: tuple[Text | str, ...] = (label, "", grad_text(None, pending=True), "", "",
-                                           scale.bar(snapshot.leaf_norms.get(name)))
+                                           scale.bar(snapshot.leaf_norms.get(name), bar))
         else:
-            if acc.retained:
-                label.append(" (retain_grad)", style="dim")
             norm = number(acc.after.get("norm")) if acc.after is not None else None
             row = (label, grad_text(acc.before), grad_text(acc.after), change_text(acc),
-                   str(acc.passes_since_zeroed), scale.bar(norm))
-        return tuple(cell(v, w, r) for v, (_, w, r) in zip(row, COLUMNS, strict=True))
+                   str(acc.passes_since_zeroed), scale.bar(norm, bar))
+        return tuple(cell(v, w, r) for v, w, (_, _, r) in zip(row, widths, COLUMNS, strict=True))

@@ -6,14 +6,26 @@ Texts are templates filled from the run (see ``backstep.demo.narration``): value
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from rich.markdown import Markdown
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from backstep.demo.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
 from backstep.tui.snapshot import Snapshot
+
+CODE_OR_STAR = re.compile(r"(`[^`]*`)|\*")
+
+
+def as_markdown(text: str) -> Markdown:
+    """A narration as Markdown, its ``*`` taken literally outside code spans: the texts are
+    about arithmetic (``d(x*y)/dx``, ``16*3 = 48``, ``x**2``), which Markdown would read as
+    emphasis and print as ``163 = 48`` in italics."""
+    return Markdown(CODE_OR_STAR.sub(lambda m: m.group(1) or r"\*", text))
 
 
 class Narration(Protocol):
@@ -24,11 +36,14 @@ class Narration(Protocol):
     def text_for(self, pass_: int, step: int, node: str) -> str | None: ...
 
 
-class NarrationPanel(Static):
-    """Shows the intro, then the text for each stop, then the outro once the script exits."""
+class NarrationPanel(VerticalScroll):
+    """Shows the intro, then the text for each stop, then the outro once the script exits.
+
+    The text sits in a scrolling container: at 80x24 the panel has four rows, and a stop's text
+    is longer, so it scrolls (wheel, or arrows once focused) inside the panel's border."""
 
     def __init__(self, narration: Narration, **kwargs: object) -> None:
-        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.narration = narration
         self.border_title = narration.title or "Narration"
         self.template = narration.intro or ""
@@ -38,8 +53,10 @@ class NarrationPanel(Static):
         self._saved: dict[str, int] = {}  # the current stop's saved tensors: name -> bytes
         self._noted: dict[int, int] = {}  # per pass: how many executed nodes _ids has seen
 
+    def compose(self) -> ComposeResult:
+        yield Static(as_markdown(self.text), id="narration-text")
+
     def on_mount(self) -> None:
-        self.update(Markdown(self.text))
         # console output can arrive after the stop or exit it explains: fill late values in
         self.set_interval(0.25, self._fill_missing)
 
@@ -91,4 +108,5 @@ class NarrationPanel(Static):
         text = render(self.template, self.values() if fields(self.template) else {})
         if text != self.text:
             self.text = text
-            self.update(Markdown(text))
+            self.query_one("#narration-text", Static).update(as_markdown(text))
+            self.scroll_home(animate=False)

@@ -1,0 +1,80 @@
+"""The Leaves panel fits its width: numbers keep theirs, the bar narrows then goes, names are cut
+only from the left (the tail says which parameter), and a resize re-cuts the rows it keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from backstep.tui.app import BackstepApp
+from backstep.tui.leaves import COLUMNS, LeavesPanel, column_widths, name_label
+from tests.test_tui import pilot, screen_text
+from tests.test_tui_layout import gpt_named_events, make_app
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink
+
+FULL = tuple(w for _, w, _ in COLUMNS)
+
+
+def test_column_widths_fit_the_room_and_give_way_in_order() -> None:
+    assert column_widths(56)[1:5] == FULL[1:5]  # the 140-column layout: every number in full
+    assert column_widths(80)[5] == FULL[5]  # and the bar at full length where there is room
+    for room in range(28, 120):
+        widths = column_widths(room)
+        assert sum(widths) <= room, (room, widths)
+        assert widths[2] == FULL[2] and widths[3] == FULL[3]  # "now" and "change" never shrink
+    assert column_widths(45)[5] < FULL[5]  # the bar narrows first ...
+    narrow = column_widths(31)
+    assert narrow[5] == 0 and narrow[1] == 0  # ... then it and "before" go
+    assert column_widths(80)[0] > column_widths(56)[0]  # the name takes what is left
+
+
+def test_name_label_cuts_from_the_left_and_drops_the_retain_grad_tag_when_short() -> None:
+    name = "model.transformer.h.11.mlp.c_proj.bias"
+    assert name_label(name, False, 16).plain == "…mlp.c_proj.bias"
+    assert name_label("h", True, 30).plain == "h (retain_grad)"
+    assert name_label(name, True, 16).plain == "…mlp.c_proj.bias"  # no room: the name wins
+
+
+def shown_names(app: BackstepApp) -> list[str]:
+    panel = app.query_one(LeavesPanel)
+    return [panel.get_row_at(i)[0].plain.strip() for i in range(panel.row_count)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (140, 42), (170, 48)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int, int]) -> None:
+    app = BackstepApp(RecordingLink(gpt_named_events()))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        panel = app.query_one(LeavesPanel)
+        assert panel.virtual_size.width <= panel.scrollable_content_region.width  # none cut right
+        names = shown_names(app)
+        assert len(names) >= 5
+        for shown in names:
+            if shown == "input":
+                continue
+            assert shown.endswith("c_fc.weight"), shown
+            assert shown.startswith(("…", "model.")), shown
+        if size[0] >= 170:  # wide: the block index that tells the rows apart is on screen
+            assert "h.22.mlp.c_fc.weight" in names[0], names[0]
+
+
+@pilot
+async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
+    app = make_app(stop=5)  # one leaf accumulated, one pending
+    async with app.run_test(size=(170, 48)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(LeavesPanel)
+        keys = list(panel._keys)
+        wide = shown_names(app)
+        assert any(LONG_LEAVES["x"].endswith(n.lstrip("…")) for n in wide)
+        await pilot.resize_terminal(110, 32)
+        await pilot.pause()
+        narrow = shown_names(app)
+        assert panel._keys == keys  # the same rows, their cells rewritten
+        assert all(len(n) < len(w) for n, w in zip(narrow, wide, strict=True)), (narrow, wide)
+        assert panel.virtual_size.width <= panel.scrollable_content_region.width
+        assert "64" in screen_text(app)  # the accumulated value still shown
+        await pilot.resize_terminal(170, 48)
+        await pilot.pause()
+        assert shown_names(app) == wide
