@@ -217,3 +217,13 @@ def test_arithmetic_in_a_narration_is_not_read_as_emphasis() -> None:
             assert "d(x*y)/dx = y" in shown and "16*3 = 48" in shown, shown
 
     asyncio.run(walk())
+
+
+def test_as_markdown_keeps_code_and_bold_words_and_escapes_arithmetic() -> None:
+    from rich.console import Console
+
+    from backstep.tui.narration_panel import as_markdown
+
+    console = Console(width=120, record=True, color_system=None)
+    console.print(as_markdown("x**3 at 3 gives 3x**2 = 27, 16*3 = 48, **AND** `a*b`"))
+    assert console.export_text().strip() == "x**3 at 3 gives 3x**2 = 27, 16*3 = 48, AND a*b"

@@ -18,14 +18,16 @@ from backstep.demo.narration import MISSING, fields, measured, render
 from backstep.tui.console import ConsolePanel
 from backstep.tui.snapshot import Snapshot
 
-CODE_OR_STAR = re.compile(r"(`[^`]*`)|\*")
+# kept as Markdown: code spans, and **bold** that opens before a letter at a word's start;
+# every other "*" is arithmetic
+KEPT_OR_STAR = re.compile(r"(`[^`]*`)|((?<![\w)\]*])\*\*[A-Za-z`][^*\n]*?(?<=\S)\*\*(?![\w*]))|\*")
 
 
 def as_markdown(text: str) -> Markdown:
-    """A narration as Markdown, its ``*`` taken literally outside code spans: the texts are
-    about arithmetic (``d(x*y)/dx``, ``16*3 = 48``, ``x**2``), which Markdown would read as
-    emphasis and print as ``163 = 48`` in italics."""
-    return Markdown(CODE_OR_STAR.sub(lambda m: m.group(1) or r"\*", text))
+    """A narration as Markdown, its arithmetic taken literally: the texts say ``d(x*y)/dx``,
+    ``16*3 = 48`` and ``x**3 ... 3x**2``, which Markdown would read as emphasis (``163 = 48`` in
+    italics). Code spans and ``**bold**`` words stay Markdown."""
+    return Markdown(KEPT_OR_STAR.sub(lambda m: m.group(1) or m.group(2) or r"\*", text))
 
 
 class Narration(Protocol):
