@@ -174,12 +174,18 @@ def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
     assert "from\n0 to 1" in outro or "from 0 to 1" in outro
 
 
+def graph_basics_at_step_3() -> BackstepApp:
+    """The UI stopped before MulBackward0 (step 3) with graph_basics' narration."""
+    demo = demos.find("graph_basics", REPO / "demos")
+    assert demo is not None
+    return BackstepApp(RecordingLink(example_events(), stop=3),
+                       narration=narration.load(demo.narration))
+
+
 def test_narration_scrolls_inside_its_panel_at_80x24() -> None:
     """At 80x24 a stop's text is longer than the panel: it scrolls inside the bordered panel
     (the panel ends inside the screen, above the status line) and its last line can be reached."""
-    demo = demos.find("graph_basics", REPO / "demos")
-    assert demo is not None
-    app = BackstepApp(RecordingLink(example_events(), stop=3), narration=narration.load(demo.narration))
+    app = graph_basics_at_step_3()
 
     async def walk() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -204,9 +210,7 @@ def test_narration_scrolls_inside_its_panel_at_80x24() -> None:
 def test_arithmetic_in_a_narration_is_not_read_as_emphasis() -> None:
     """graph_basics says ``16*3 = 48``: Markdown would take the stars for italics and print
     ``163 = 48``. Stars outside code spans are literal; code spans stay code."""
-    demo = demos.find("graph_basics", REPO / "demos")
-    assert demo is not None
-    app = BackstepApp(RecordingLink(example_events(), stop=3), narration=narration.load(demo.narration))
+    app = graph_basics_at_step_3()
 
     async def walk() -> None:
         async with app.run_test(size=(160, 48)) as pilot:

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.encoded import Encoded
+from backstep.engine.graph import Graph
 from backstep.engine.recorder import JsonlRecorder, ListRecorder, emit_all
 from backstep.engine.rounding import _stat
 from backstep.engine.saved import saved_record, saved_status
@@ -73,15 +74,7 @@ def test_a_summary_with_a_histogram_is_a_plain_dict() -> None:
 
 
 def _nodes(root: Any) -> list[Any]:
-    seen, stack, out = {root}, [root], []
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        for child, _ in node.next_functions:
-            if child is not None and child not in seen:
-                seen.add(child)
-                stack.append(child)
-    return out
+    return Graph([root]).nodes  # every node reachable from root, as the recorder walks them
 
 
 def _check_saved(root: Any) -> int:
