@@ -9,7 +9,9 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
 - keys: n (step), p (step back), ] and [ (next / previous pass: its graph, and the leaves
   carried from the passes before; its other lines are parsed as the cursor reaches them), g to
   the last pass (its leaves were folded in the background after indexing: the "folded" row) and
-  to the end of a pass (every node of it parsed), each to panels updated;
+  to the end of a pass (every node of it parsed), each to panels updated; and ] held down for
+  a second (30 presses sent from another thread, as a terminal's key repeat): the lag from the
+  last press to its pass drawn;
 - memory: peak traced Python memory while doing all that, and the same for a trace of tiny
   passes (Textual's and the app's own share); the difference is what the trace costs, against
   one pass's events parsed (the file itself is memory-mapped, not read in).
@@ -34,6 +36,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -49,6 +52,7 @@ from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 
 MARK = "@PASS@"
 PACE = 0.3  # seconds between a frame and the next key, for keys a person presses after reading
+REPEAT = 30  # a held key's presses per second (a terminal's usual key-repeat rate); held 1 s
 
 
 def pass_template(nodes: int) -> bytes:
@@ -120,6 +124,29 @@ async def keys(app: ReplayApp, key: str, count: int, moved: Any,
     return samples
 
 
+async def held(app: ReplayApp, key: str, presses: int, target: int) -> float:
+    """A key held down: ``presses`` presses at the key-repeat rate (REPEAT per second), sent
+    from another thread as Textual's terminal driver sends them, whatever the app is doing.
+    Returns the seconds from the last press to pass ``target`` drawn: the lag a person
+    sees after letting the key go."""
+    loop = asyncio.get_running_loop()
+    done = threading.Event()
+    sent: list[float] = []
+
+    def repeat() -> None:
+        for _ in range(presses):
+            loop.call_soon_threadsafe(app.post_message, events.Key(key, None))
+            sent.append(time.perf_counter())
+            time.sleep(1 / REPEAT)
+        done.set()
+
+    threading.Thread(target=repeat, daemon=True).start()
+    await until(lambda: done.is_set() and app.snapshot.pass_ is not None
+                and app.snapshot.pass_.number == target)
+    full_frame(app)
+    return time.perf_counter() - sent[-1]
+
+
 async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
     result: dict[str, Any] = {}
     started = time.perf_counter()
@@ -156,6 +183,9 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
         result["pass_end"] = time.perf_counter() - t0
         result["p_end"] = await keys(app, "p", n_keys, lambda: True)
         result["back"] = await keys(app, "left_square_bracket", passes, lambda: True)
+        start = app.snapshot.pass_.number if app.snapshot.pass_ is not None else 1
+        result["]held"] = await held(app, "right_square_bracket", REPEAT,
+                                     min(count, start + REPEAT))
         result["back_paced"] = await keys(app, "left_square_bracket", passes, lambda: True, PACE)
     index.close()
     return result
@@ -222,6 +252,7 @@ def main() -> int:
          max(r["back"]) * ms, 50.0),
         (f"[ {PACE:g} s after the last frame", statistics.median(r["back_paced"]) * ms,
          max(r["back_paced"]) * ms, 50.0),
+        ("] held 1 s: last key -> drawn", r["]held"] * ms, None, None),
         ("leaves of every pass folded (bg)", r["folded"] * ms, None, None),
         (f"go to pass {count} (last)", r["goto_last"] * ms, None, 50.0),
         ("n in the last pass", statistics.median(r["n_late"]) * ms, max(r["n_late"]) * ms, 50.0),

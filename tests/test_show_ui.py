@@ -182,3 +182,38 @@ async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace
             cold = Replay(fresh)
             assert cold.pass_(1)
             assert panels(shown) == panels(cold.snapshot())
+
+
+@pilot
+async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None:
+    """A held key: the keys already waiting move the cursor, and only where it ends up is
+    opened and drawn (nothing left to catch up with when the key is let go)."""
+    from textual import events
+
+    import backstep.tui.replay as replay_module
+
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            opened: list[int] = []
+            real = replay_module.PassTimeline
+
+            def counting(index: TraceIndex, number: int, carried: object) -> object:
+                opened.append(number)
+                return real(index, number, carried)
+
+            replay_module.PassTimeline = counting  # type: ignore[misc, assignment]
+            try:
+                drawn = app.replay._seq
+                for _ in range(2):  # pass 1 -> 3 in one go: pass 2 is passed over
+                    app.post_message(events.Key("right_square_bracket", None))
+                app.post_message(events.Key("n", "n"))
+                await pilot.pause()
+                await pilot.pause()
+            finally:
+                replay_module.PassTimeline = real  # type: ignore[misc]
+            assert app.snapshot.pass_ is not None and app.snapshot.pass_.number == 3
+            assert "step 2 of" in status(app)
+            assert app.replay._seq - drawn == 1, "three keys, drawn once"
+            assert 2 not in opened  # never opened on the way

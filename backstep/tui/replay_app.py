@@ -125,6 +125,7 @@ class ReplayApp(BackstepApp):
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._output_shown = 0  # output events in the console: those printed before the cursor
         self._ahead: Timer | None = None  # opens the next pass once the person is reading
+        self._post_waiting = False  # a move's drawing is queued behind the keys that wait
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -213,9 +214,21 @@ class ReplayApp(BackstepApp):
 
     def _moved(self, ok: bool, why: str) -> None:
         if ok:
-            self._post()
+            self._post_soon()
         else:
             self.notify(why, timeout=2)
+
+    def _post_soon(self) -> None:
+        """Draw the cursor's place once the keys already waiting have moved it: a held ``]``
+        or ``n`` moves the cursor at the key-repeat rate and draws only where it ends up, so
+        nothing is left to catch up with when the key is let go."""
+        if not self._post_waiting:
+            self._post_waiting = True
+            self.call_later(self._post_now)
+
+    def _post_now(self) -> None:
+        self._post_waiting = False
+        self._post()
 
     # -- keys -----------------------------------------------------------------------------
 
