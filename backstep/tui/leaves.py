@@ -154,7 +154,7 @@ class LeavesPanel(DataTable):
     def fit(self, room: int) -> None:
         """Fit the columns to ``room`` cells; on a change, rewrite every cell (names re-cut)."""
         widths = column_widths(room)
-        if widths == self._widths or room <= 0:
+        if widths == self._widths or room <= 0 or not self._columns:
             return
         self._widths = widths
         for (label, _, right), width, key in zip(COLUMNS, widths, self._columns, strict=True):
