@@ -134,3 +134,18 @@ def test_diff_and_export_work_where_torch_is_not_installed(traces) -> None:
                               capture_output=True, text=True, timeout=60)
         assert "Traceback" not in done.stderr
         assert done.returncode == (1 if argv[0] == "diff" else 0)
+
+
+def test_a_node_that_sends_no_gradient_is_shown_by_what_it_received(traces, capsys) -> None:
+    """AccumulateGrad has no outgoing gradient: its context row shows the gradient it received
+    (marked "in"), not "(none) | (none) DIFFERS"."""
+    rows = []
+    for other in ("buggy", "sigmoid", "scale"):
+        _, data = report(capsys, traces["ref"], traces[other])
+        rows += [(other, row) for row in data["context"] if row["node"] == "AccumulateGrad"]
+    assert rows, "no AccumulateGrad in any context"
+    other, row = rows[0]
+    assert row["incoming"] and row["a"] and row["a"][0] is not None
+    _, out, _ = run(capsys, traces["ref"], traces[other])
+    line = next(x for x in out.splitlines() if "AccumulateGrad" in x and "step" in x)
+    assert " in " in line and "(none)" not in line, line

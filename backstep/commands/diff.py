@@ -71,10 +71,12 @@ def render(report: dict[str, Any]) -> str:
     found = report["difference"]
     lines += finding_lines(found, report.get("cause"))
     if report["context"]:
-        lines.append("context (outgoing gradient norms, A | B):")
+        lines.append("context (outgoing gradient norms, A | B; 'in': a node that sends none, "
+                     "by what it received):")
         for row in report["context"]:
             mark = ">" if row["step"] == found.get("step") else " "
             state = "same" if row["same"] else "DIFFERS"
+            into = "in " if row.get("incoming") else ""
             lines.append(f"  {mark} step {row['step']:<4} {row['node']:<24} "
-                         f"{_norms(row['a'])} | {_norms(row['b'])}  {state}")
+                         f"{into}{_norms(row['a'])} | {into}{_norms(row['b'])}  {state}")
     return "\n".join(lines)

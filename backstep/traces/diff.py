@@ -256,8 +256,11 @@ class PassDiff:
 
     def _step(self, event: dict) -> tuple[dict, Finding | None, Finding | None]:
         node_id = event["id"]
+        # a node with no outgoing gradient (AccumulateGrad) is shown by what it received
+        shown = "grad_inputs" if event.get("grad_inputs") else "grad_outputs"
         row = {"step": event.get("step"), "node": event.get("name"),
-               "a": _norms(event.get("grad_inputs")), "b": None, "same": False}
+               "a": _norms(event.get(shown)), "b": None, "same": False,
+               "incoming": shown == "grad_outputs"}
         position = self.pos_a.get(node_id)
         other_id = self.by_pos_b.get(position) if position is not None else None
         if other_id is None:
@@ -270,7 +273,7 @@ class PassDiff:
         other = self.steps_b.get(other_id)
         if other is None:
             return row, self._finding("structure", f"{event.get('name')} ran in A only", event), None
-        row["b"] = _norms(other.get("grad_inputs"))
+        row["b"] = _norms(other.get(shown))
         incoming = compare_group(event.get("grad_outputs"), other.get("grad_outputs"), self.tol)
         saved = compare_saved(event.get("saved"), other.get("saved"), self.tol)
         outgoing = compare_group(event.get("grad_inputs"), other.get("grad_inputs"), self.tol)
