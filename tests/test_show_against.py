@@ -48,8 +48,15 @@ async def test_opens_at_the_birth_node_with_both_sides_numbers(traces) -> None:
             await pilot.pause()
             text = status(app)
             assert "step 3 of 8  first difference after SquareBackward #" in text
+            # cut at the right to keep "? help"; whole on a wider terminal
+            assert "differs from B here: outgoing gradients differ" in text
+            assert text.rstrip().endswith("? help") and len(text.rstrip()) <= 160
+            await pilot.resize_terminal(200, 48)
+            await pilot.pause()
             assert "differs from B here: outgoing gradients differ, incoming gradients and " \
-                "saved tensors agree" in text
+                "saved tensors agree" in status(app)
+            await pilot.resize_terminal(160, 48)
+            await pilot.pause()
             assert app.selected == app.snapshot.stop.id
             node = app.snapshot.pass_.graph.nodes[app.selected]
             assert node.name == "SquareBackward"

@@ -217,3 +217,19 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
             assert "step 2 of" in status(app)
             assert app.replay._seq - drawn == 1, "three keys, drawn once"
             assert 2 not in opened  # never opened on the way
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_the_replay_status_line_fits_and_keeps_help(trace: Path,
+                                                          size: tuple[int, int]) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            line = status(app).rstrip()
+            assert len(line) <= size[0] and line.endswith("? help"), line
+            assert "pass 1/3" in line and "SumBackward0" in line  # where, before the keys
+            await pilot.resize_terminal(160, 48)
+            await pilot.pause()
+            assert "q quit" in status(app)  # room again: every key, redrawn on resize

@@ -27,7 +27,7 @@ from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
-from backstep.tui.status import REASONS, StatusLine
+from backstep.tui.status import REASONS, StatusLine, with_keys
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
@@ -278,11 +278,21 @@ class ReplayApp(BackstepApp):
     # -- drawing --------------------------------------------------------------------------
 
     def _refresh_status(self) -> None:
-        self.query_one(StatusLine).update(replay_status(self))
+        self.query_one(StatusLine).show_line(lambda width: replay_status(self, width))
 
 
-def replay_status(app: ReplayApp) -> Text:
-    """The status line in a replay: where the cursor is, why it stopped there, the keys."""
+def replay_status(app: ReplayApp, width: int = 0) -> Text:
+    """The status line in a replay: where the cursor is, why it stopped there, the keys (as
+    many as fit in ``width``, "? help" always). Short of room, the pass's api goes first,
+    then the line is cut at the right."""
+    line = with_keys(replay_place(app, api=True), HINTS, width)
+    if width and line.cell_len > width - 1:  # cut: the version without the api cuts less
+        line = with_keys(replay_place(app, api=False), HINTS, width)
+    return line
+
+
+def replay_place(app: ReplayApp, api: bool) -> Text:
+    """Where the replay's cursor is and why it stopped there (the status line before its keys)."""
     snap = app.snapshot
     text = Text()
     text.append(" replay ", style="bold reverse magenta")
@@ -292,7 +302,8 @@ def replay_status(app: ReplayApp) -> Text:
         total = app.replay.timeline(pos.number).count
         last = app.replay.numbers[-1] if app.replay.index.done else "…"
         text.append(f" pass {view.number}/{last} ", style="bold reverse")
-        text.append(f" {view.api}", style="bold")
+        if api:
+            text.append(f" {view.api}", style="bold")
         if view.retain_graph:
             text.append(" retain_graph", style="yellow")
         if view.parent is not None:
@@ -313,10 +324,6 @@ def replay_status(app: ReplayApp) -> Text:
                                    snap.stop.step if snap.stop else None))
     if app.breakpoints:
         text.append(f"  ●{len(app.breakpoints)}", style="red")
-    text.append("  ")
-    for key, what in HINTS:
-        text.append(f" {key}", style="bold cyan")
-        text.append(f" {what}", style="dim")
     return text
 
 

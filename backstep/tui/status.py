@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -200,24 +201,56 @@ def live_passes(snapshot: Snapshot, width: int = 0) -> str:
     return " · ".join(f"#{p.number} {p.state}" for p in live)
 
 
+def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) -> Text:
+    """``head``, then the keys of ``hints`` in order while they fit in ``width`` (all when 0);
+    "? help" always, ``head`` cut at the right when even that does not fit."""
+    room = width - head.cell_len - 3 - hint_text(*HELP).cell_len if width else 10**9
+    keys = Text()
+    for key, what in hints:
+        hint = hint_text(key, what)
+        if (key, what) == HELP:
+            keys.append_text(hint)
+        elif hint.cell_len <= room:
+            keys.append_text(hint)
+            room -= hint.cell_len
+        else:
+            room = -1  # none after one that did not fit
+    line = head.copy()
+    if width and line.cell_len + 3 + keys.cell_len > width:
+        line.truncate(max(width - 3 - keys.cell_len, 0), overflow="ellipsis")
+    line.append("   ")
+    line.append_text(keys)
+    return line
+
+
 class StatusLine(Static):
     """One line at the bottom of the screen, cut to the terminal's width (again on resize)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._shown: tuple[Snapshot, dict[str, Any]] | None = None
+        self._line: Callable[[int], Text] | None = None
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
              breakpoints: int, review: bool | str = False) -> None:
         self._shown = (snapshot, {"waiting": waiting, "gone": gone, "breakpoints": breakpoints,
                                   "review": review})
+        self._line = None
+        self._draw()
+
+    def show_line(self, line: Callable[[int], Text]) -> None:
+        """Show what ``line(width)`` makes (a replay's own status), again on every resize."""
+        self._line = line
         self._draw()
 
     def _draw(self) -> None:
+        # one line, always: no layout (a layout pass repaints every scrollbar on screen)
+        if self._line is not None:
+            self.update(self._line(self.size.width), layout=False)
+            return
         if self._shown is None:
             return
         snapshot, options = self._shown
-        # one line, always: no layout (a layout pass repaints every scrollbar on screen)
         self.update(status_text(snapshot, width=self.size.width, **options), layout=False)
 
     def on_resize(self) -> None:
