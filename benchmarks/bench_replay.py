@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -152,7 +153,7 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
     started = time.perf_counter()
     index = TraceIndex(path, partial=True)  # as backstep show opens it
     result["index"] = time.perf_counter() - started
-    app = ReplayApp(index)
+    app = ReplayApp(index, settle_memory=True)  # as backstep show runs it
     async with app.run_test(size=(140, 42)):
         await until(lambda: app.snapshot.stop is not None and app.selected is not None)
         full_frame(app)
@@ -188,6 +189,7 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
                                      min(count, start + REPEAT))
         result["back_paced"] = await keys(app, "left_square_bracket", passes, lambda: True, PACE)
     index.close()
+    gc.unfreeze()  # what the app froze (backstep show's process ends here): the next run afresh
     return result
 
 

@@ -233,3 +233,35 @@ async def test_the_replay_status_line_fits_and_keeps_help(trace: Path,
             await pilot.resize_terminal(160, 48)
             await pilot.pause()
             assert "q quit" in status(app)  # room again: every key, redrawn on resize
+
+
+@pilot
+async def test_backstep_show_settles_its_memory_once_the_trace_is_read(trace: Path,
+                                                                       monkeypatch) -> None:
+    """``settle`` (gc.freeze) runs once the file is indexed and folded, and only when asked
+    (backstep show's own process), never in an app that shares its process."""
+    import backstep.tui.replay_app as replay_app
+
+    for asked in (True, False):
+        calls: list[int] = []
+        monkeypatch.setattr(replay_app, "settle", lambda calls=calls: calls.append(1))
+        with TraceIndex(trace, partial=True) as index:
+            app = ReplayApp(index, settle_memory=asked)
+            async with app.run_test(size=(140, 42)) as pilot:
+                for _ in range(200):
+                    await pilot.pause(0.02)
+                    if app.replay.index.done and app.replay.carries.done:
+                        break
+                await pilot.pause(0.2)  # the scan's next ticks: it stops, and settles
+        assert calls == ([1] if asked else []), (asked, calls)
+
+
+def test_settle_freezes_what_is_alive() -> None:
+    import gc
+
+    from backstep.tui.settle import settle
+
+    try:
+        assert settle() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

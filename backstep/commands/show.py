@@ -73,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
         against = (Against(index, against_index, Tolerance(args.rtol, args.atol))
                    if against_index is not None else None)
         app = ReplayApp(index, breakpoints=breakpoints,
-                        stop_at_pass_start=not args.no_stop_at_start, note=note, against=against)
+                        stop_at_pass_start=not args.no_stop_at_start, note=note, against=against,
+                        settle_memory=True)
         code = app.run()
     return int(code or 0)

@@ -27,6 +27,7 @@ from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
+from backstep.tui.settle import settle
 from backstep.tui.status import REASONS, StatusLine, with_keys
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
@@ -115,7 +116,7 @@ class ReplayApp(BackstepApp):
 
     def __init__(self, index: TraceIndex, *, breakpoints: list[dict[str, Any]] | None = None,
                  stop_at_pass_start: bool = True, note: str | None = None,
-                 against: Against | None = None) -> None:
+                 against: Against | None = None, settle_memory: bool = False) -> None:
         super().__init__(None, breakpoints=breakpoints or [],
                          stop_at_pass_start=stop_at_pass_start)
         self.replay = Replay(index)
@@ -126,6 +127,9 @@ class ReplayApp(BackstepApp):
         self._output_shown = 0  # output events in the console: those printed before the cursor
         self._ahead: Timer | None = None  # opens the next pass once the person is reading
         self._post_waiting = False  # a move's drawing is queued behind the keys that wait
+        # backstep show's own process: freeze what is built once indexed (``settle``); off
+        # where the app shares a process (tests)
+        self._settle_memory = settle_memory
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -163,6 +167,8 @@ class ReplayApp(BackstepApp):
             self._refresh_status()
         elif self.replay.carries.work(FOLD_SLICE):
             self._scanning.stop()
+            if self._settle_memory:
+                settle()  # built for good: out of the collector's way from here on
 
     def _indexed(self) -> None:
         """The whole file is indexed: say what it holds, and what is wrong with it."""
