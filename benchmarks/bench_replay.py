@@ -53,6 +53,7 @@ from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 
 MARK = "@PASS@"
 PACE = 0.3  # seconds between a frame and the next key, for keys a person presses after reading
+THRESHOLDS = gc.get_threshold()  # the collector's, before an app settles (tui/settle.py)
 REPEAT = 30  # a held key's presses per second (a terminal's usual key-repeat rate); held 1 s
 
 
@@ -189,7 +190,8 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
                                      min(count, start + REPEAT))
         result["back_paced"] = await keys(app, "left_square_bracket", passes, lambda: True, PACE)
     index.close()
-    gc.unfreeze()  # what the app froze (backstep show's process ends here): the next run afresh
+    gc.unfreeze()  # as backstep show's process ending would: the next run afresh
+    gc.set_threshold(*THRESHOLDS)
     return result
 
 

@@ -261,7 +261,10 @@ def test_settle_freezes_what_is_alive() -> None:
 
     from backstep.tui.settle import settle
 
+    thresholds = gc.get_threshold()
     try:
         assert settle() and gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] >= 10_000
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)

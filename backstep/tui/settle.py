@@ -6,19 +6,29 @@ allocates enough to set one off every few keys, ~85 ms each (measured on a 1 GB 
 of every ``]`` on average). Once the file is indexed and folded, ``settle()`` moves what exists
 out of the collector's reach (``gc.freeze``); what is made later is collected as before. A
 frozen object is still freed when its last reference goes; only a reference cycle among frozen
-objects would stay, so a collection runs first. ``backstep show`` is its own process (no user
-code runs in it), so this changes nothing but when its memory is scanned.
+objects would stay, so a collection runs first. The youngest generation is then collected
+every ``YOUNG`` allocations rather than 700: opening a pass makes tens of thousands of objects
+that live as long as the pass is shown, and each was walked several times on its way to the
+oldest generation (GC time per key measured with ``gc.callbacks``, 2,500-node passes: 33.6 ms,
+22.8 ms frozen, 11.4 ms frozen with this threshold). ``backstep show`` is its own process (no
+user code runs in it), so this changes nothing but when its memory is scanned.
 """
 
 from __future__ import annotations
 
 import gc
 
+YOUNG = 10_000
+
 
 def settle() -> bool:
-    """Collect once, then freeze everything alive; False when the collector is off."""
+    """Collect once, freeze everything alive, collect the young less often; False when the
+    collector is off."""
     if not gc.isenabled():
         return False
     gc.collect()
     gc.freeze()
+    first, *older = gc.get_threshold()
+    if 0 < first < YOUNG:
+        gc.set_threshold(YOUNG, *older)
     return True
