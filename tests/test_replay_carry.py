@@ -159,3 +159,24 @@ def test_a_snapshot_keeps_the_leaf_norms_of_its_moment() -> None:
     assert [list(s) for s in shown] == [list(d) for d in seen]  # first-seen order
     assert [dict(s) for s in shown] == seen  # made later, read now: still their own moment
     assert "c" not in shown[2] and shown[2].get("c") is None and len(shown[2]) == 2
+
+
+def test_going_back_pass_by_pass_folds_each_pass_at_most_once(trace: Path) -> None:
+    """[ back from a pass finds the state before it among those folded on the way to it: a walk
+    back over every pass reads each pass's lines at most once (it read up to EVERY - 1 for each
+    pass before)."""
+    with TraceIndex(trace) as index:
+        log = CarryLog(index)
+        while not log.work(1.0):
+            pass
+        reads: list[int] = []
+        real = index.read_kinds
+
+        def counting(number: int, kinds: set[str]) -> list:
+            reads.append(number)
+            return real(number, kinds)
+
+        index.read_kinds = counting  # type: ignore[method-assign]
+        for number in range(PASSES + 1, 0, -1):
+            assert same(log.before(number), reference(number)), number
+        assert len(reads) == len(set(reads)) <= PASSES, reads

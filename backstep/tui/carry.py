@@ -23,7 +23,8 @@ from backstep.tui.snapshot import number as number_of
 
 EVERY = 4  # remember the state after every 4th pass: ~13 bytes per leaf each
 KINDS = {"accumulate", "diagnosis"}
-RECENT = 2  # states asked for lately, kept too: ] folds one pass onto the last one
+RECENT = EVERY + 1  # states folded lately, kept too: ] folds one pass onto the last one, and [
+# back from a pass finds the state before it among those folded on the way to it
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,9 @@ class CarryLog:
         state = (self._recent[start] if start in self._recent else self._marks[start]).copy()
         for i in range(start, count):
             state.fold(self.index.read_kinds(numbers[i], KINDS), None)
-        self._recent[count] = state
+            # the states on the way are kept too: [ back from this pass folds nothing
+            self._recent.pop(i + 1, None)
+            self._recent[i + 1] = state if i + 1 == count else state.copy()
         while len(self._recent) > RECENT:
             del self._recent[next(iter(self._recent))]
         return state.carry(self._diagnoses)
