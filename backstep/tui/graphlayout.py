@@ -56,7 +56,7 @@ class GraphLayout:
     def _span(self) -> None:
         """Iterative depth-first walk: first parent to reach a node owns it."""
         graph = self.graph
-        owner = self.owner
+        nodes, owner, owned, links = graph.nodes, self.owner, self.owned, self.links
         starts = list(graph.roots) + [n for n in graph.order if n not in graph.parents]
         starts += list(graph.order)  # anything unreachable from a root (cycles cannot occur)
         for start in starts:
@@ -67,12 +67,15 @@ class GraphLayout:
             stack = [start]
             while stack:
                 node = stack.pop()
-                kids = self.owned.setdefault(node, [])
-                for child in graph.children(node):
+                kids: list[int] = []
+                owned[node] = kids
+                for child in nodes[node].next:  # graph.children, inlined: known ids only
+                    if child is None or child not in nodes:
+                        continue
                     if child in owner or child == node:
-                        links = self.links.setdefault(node, [])
-                        if child not in kids and child not in links:
-                            links.append(child)
+                        linked = links.setdefault(node, [])
+                        if child not in kids and child not in linked:
+                            linked.append(child)
                         continue
                     owner[child] = node
                     kids.append(child)
@@ -89,26 +92,41 @@ class GraphLayout:
                 node = stack.pop()
                 order.append(node)
                 stack.extend(self.owned.get(node, ()))
-        for node in reversed(order):
-            size[node] = 1 + sum(size[c] for c in self.owned.get(node, ()))
-        self.heavy: dict[int, int | None] = {}
+        owned = self.owned
+        heavy: dict[int, int | None] = {}
+        for node in reversed(order):  # children before parents: sizes, then the heaviest child
+            kids = owned.get(node)
+            if not kids:
+                size[node] = 1
+                heavy[node] = None
+                continue
+            total, best, most = 1, None, -1
+            for child in kids:
+                s = size[child]
+                total += s
+                if s > most:  # the first of equal sizes, as max() picks
+                    best, most = child, s
+            size[node] = total
+            heavy[node] = best
+        self.heavy = heavy
+        head: dict[int, int] = {}
+        position: dict[int, int] = {}
+        paths: dict[int, list[int]] = {}
+        owner = self.owner
         for node in order:
-            kids = self.owned.get(node, ())
-            self.heavy[node] = max(kids, key=lambda c: size[c]) if kids else None
-        self.head: dict[int, int] = {}
-        self.position: dict[int, int] = {}
-        self.paths: dict[int, list[int]] = {}
-        for node in order:
-            parent = self.owner[node]
-            if parent is not None and self.heavy[parent] == node:
+            parent = owner[node]
+            if parent is not None and heavy[parent] == node:
                 continue  # continues its parent's path
             path = [node]
-            while (nxt := self.heavy[path[-1]]) is not None:
+            nxt = heavy[node]
+            while nxt is not None:
                 path.append(nxt)
-            self.paths[node] = path
+                nxt = heavy[nxt]
+            paths[node] = path
             for i, member in enumerate(path):
-                self.head[member] = node
-                self.position[member] = i
+                head[member] = node
+                position[member] = i
+        self.head, self.position, self.paths = head, position, paths
 
     def light(self, node: int) -> list[int]:
         """The children that start paths of their own, nested under ``node``."""
