@@ -347,8 +347,8 @@ class SummaryBatch:
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
 
-def _failed_summary(shape: list[int], dtype: torch.dtype) -> dict[str, Any]:
-    return {"shape": shape, "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
+def _failed_summary(shape: Any, dtype: torch.dtype) -> dict[str, Any]:
+    return {"shape": list(shape), "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
             "max": None, "mean": None, "norm": None, "nonfinite": None,
             "note": "summary failed"}
 

@@ -141,6 +141,10 @@ class Diagnostician:
     # -- analysis ------------------------------------------------------------------------------
     def _analyse(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("event")
+        if kind == "node":  # most events: straight to their rule
+            with self._lock:
+                found = self._rules.node(event)
+            return self._once(found) if found else _NOTHING
         if kind not in _ANALYSED:
             return _NOTHING
         with self._lock:
