@@ -21,6 +21,7 @@ from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _values
 
+_NORMS_AT_ONCE = 16
 _MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
 
 
@@ -64,16 +65,19 @@ class HostGroup:
     def _reduce(self) -> torch.Tensor:
         """min, max, norm and sum of every block, as a (4, blocks) float64 tensor."""
         reps = self.reps
-        extrema = [t.aminmax() for t in reps]
-        norms = torch._foreach_norm(reps)
-        sums = [t.sum() for t in reps]
+        mins, maxs, sums, norms = [], [], [], []
+        # each tensor's reductions one after the other, while it is in the cache; the norms a
+        # few tensors at a time (the values are the same: one norm per tensor either way)
+        for start in range(0, len(reps), _NORMS_AT_ONCE):
+            chunk = reps[start : start + _NORMS_AT_ONCE]
+            for t in chunk:
+                lo, hi = t.aminmax()
+                mins.append(lo)
+                maxs.append(hi)
+                sums.append(t.sum())
+            norms += torch._foreach_norm(chunk)
         return torch.stack(
-            [
-                torch.stack([e.min for e in extrema]),
-                torch.stack([e.max for e in extrema]),
-                torch.stack(norms),
-                torch.stack(sums),
-            ]
+            [torch.stack(mins), torch.stack(maxs), torch.stack(norms), torch.stack(sums)]
         ).to(torch.float64)
 
     def _clear(self) -> None:

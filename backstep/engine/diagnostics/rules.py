@@ -151,6 +151,36 @@ class EventRules:
             found.append(self._inplace(info, event, modified, error))
         return found
 
+    def quiet_nodes(self, events: list[dict[str, Any]], start: int) -> int:
+        """Analyse the node events from ``start`` on that find nothing (the common case) as
+        ``node`` does; return the index of the first event that is not one, unanalysed."""
+        passes, cache, count = self.passes, self._statuses, len(events)
+        i = start
+        while i < count:
+            event = events[i]
+            if event.get("event") != "node" or event.get("error"):
+                break
+            saved = event.get("saved") or ()
+            if saved:
+                hit = cache.get(id(saved))
+                if hit is None or hit[0] is not saved:
+                    break  # ``node`` remembers its statuses
+                statuses = hit[1]
+                if "modified" in statuses:
+                    break
+            else:
+                statuses = _NO_STATUS
+            info = passes.get(event.get("pass", 0))
+            if info is not None:
+                if (event.get("grad_outputs") and event.get("grad_inputs") is not None
+                        and info.origins < NONFINITE_PER_PASS
+                        and (_count(event["grad_inputs"]) or event.get("id") in info.roots)):
+                    break  # ``_nonfinite`` has something to look at
+                if not info.retain and not statuses.isdisjoint(_HELD):
+                    self._remember_freed(event.get("id"), info.number)
+            i += 1
+        return i
+
     def _remember_freed(self, node_id: int, number: int) -> None:
         freed_by = self.freed_by
         freed_by.pop(node_id, None)  # re-inserted last: the oldest entries go first
