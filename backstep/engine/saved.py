@@ -151,7 +151,7 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
                 saved = recorded.get(name) if recorded else None
                 if saved is not None and saved != data._version:
                     return saved_status(node), None  # modified: its culprit is looked up
-                key += (data.shape, data.dtype, data.nbytes, saved)
+                key += (data.shape, data.dtype, saved)  # the bytes follow from these two
         for attr in scalars:
             try:
                 value = getattr(node, attr)
@@ -159,10 +159,12 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
                 key.append(_SKIPPED)
                 continue
             kind = type(value)
-            if kind is int or kind is bool or kind is str or value is None:
-                key += (kind, value)
-            elif kind is tuple and _INTS.issuperset(map(type, value)):
+            if kind is tuple:
+                if not _INTS.issuperset(map(type, value)):
+                    return saved_status(node), None
                 key += (kind, value)  # sizes and strides
+            elif kind is int or kind is bool or kind is str or value is None:
+                key += (kind, value)
             elif kind is float:
                 key += (kind, repr(value))  # -0.0 == 0.0, but they read differently
             else:

@@ -27,6 +27,7 @@ BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
 _STRIDED = torch.strided
+_TENSOR = torch.Tensor
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
@@ -220,9 +221,39 @@ class SummaryBatch:
 
     def add(self, t: Any) -> int | None:
         """Queue a tensor; its slot in ``compute()``'s result (None for a non-tensor)."""
+        key = id(t)
+        slot = self._slots.get(key)  # a tensor seen twice: one node's output, the next's input
+        if slot is not None:
+            return slot
+        if type(t) is _TENSOR and not summary_device.FORCE and self._arrivals is None:
+            # the common case, first seen: a plain dense host tensor of a batched dtype
+            try:
+                if t.is_cpu and t.layout == _STRIDED:
+                    dtype = t.dtype
+                    n = t.numel()
+                    if dtype in BATCHABLE and 0 < n <= LARGE:
+                        slot = len(self._tensors)
+                        self.nbytes += n * dtype.itemsize
+                        group = self._host.get(dtype)
+                        if group is None:
+                            group = self._new_group(dtype)
+                        group.add(t, slot, n, SMALL)
+                        self._slots[key] = slot
+                        self._tensors.append(None)
+                        return slot
+            except Exception:  # noqa: BLE001 - taken the general way below
+                pass
+        return self._add(t, key)
+
+    def _new_group(self, dtype: torch.dtype) -> Any:
+        from backstep.engine.summary_host import HostGroup
+
+        group = self._host[dtype] = HostGroup()
+        return group
+
+    def _add(self, t: Any, key: int) -> int | None:
         if not isinstance(t, torch.Tensor):
             return None
-        key = id(t)
         slot = self._slots.get(key)
         if slot is None:
             if self._arrivals is not None:
@@ -347,8 +378,8 @@ class SummaryBatch:
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
 
-def _failed_summary(shape: list[int], dtype: torch.dtype) -> dict[str, Any]:
-    return {"shape": shape, "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
+def _failed_summary(shape: Any, dtype: torch.dtype) -> dict[str, Any]:
+    return {"shape": list(shape), "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
             "max": None, "mean": None, "norm": None, "nonfinite": None,
             "note": "summary failed"}
 

@@ -10,7 +10,8 @@ reduced once.
 
 from __future__ import annotations
 
-import math
+from math import isfinite
+from operator import truediv
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _values
 
+_NORMS_AT_ONCE = 16
 _MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
 
 
@@ -63,16 +65,19 @@ class HostGroup:
     def _reduce(self) -> torch.Tensor:
         """min, max, norm and sum of every block, as a (4, blocks) float64 tensor."""
         reps = self.reps
-        extrema = [t.aminmax() for t in reps]
-        norms = torch._foreach_norm(reps)
-        sums = [t.sum() for t in reps]
+        mins, maxs, sums, norms = [], [], [], []
+        # each tensor's reductions one after the other, while it is in the cache; the norms a
+        # few tensors at a time (the values are the same: one norm per tensor either way)
+        for start in range(0, len(reps), _NORMS_AT_ONCE):
+            chunk = reps[start : start + _NORMS_AT_ONCE]
+            for t in chunk:
+                lo, hi = t.aminmax()
+                mins.append(lo)
+                maxs.append(hi)
+                sums.append(t.sum())
+            norms += torch._foreach_norm(chunk)
         return torch.stack(
-            [
-                torch.stack([e.min for e in extrema]),
-                torch.stack([e.max for e in extrema]),
-                torch.stack(norms),
-                torch.stack(sums),
-            ]
+            [torch.stack(mins), torch.stack(maxs), torch.stack(norms), torch.stack(sums)]
         ).to(torch.float64)
 
     def _clear(self) -> None:
@@ -90,7 +95,7 @@ class HostGroup:
             small = [t.reshape(-1) for t, n in zip(self.tensors, self.numels, strict=True)
                      if n <= SMALL]
             self.settled.append(_Settled(
-                self.slots, [list(t.shape) for t in self.tensors], self.numels, self.owner,
+                self.slots, [t.shape for t in self.tensors], self.numels, self.owner,
                 raw, torch.cat(small) if small else None, self.tensors[0].device))
         else:
             _write(dtype, self.tensors, self.numels, self.slots, self.owner, raw, None,
@@ -110,7 +115,7 @@ class HostGroup:
         if not chunks:
             return
         slots: list[int] = []
-        shapes: list[list[int]] = []
+        shapes: list[torch.Size] = []
         numels: list[int] = []
         owner: list[int] = []
         raws, smalls = [], []
@@ -135,7 +140,7 @@ class _Settled:
 
     __slots__ = ("slots", "shapes", "numels", "owner", "raw", "small", "device")
 
-    def __init__(self, slots: list[int], shapes: list[list[int]], numels: list[int],
+    def __init__(self, slots: list[int], shapes: list[torch.Size], numels: list[int],
                  owner: list[int], raw: torch.Tensor, small: torch.Tensor | None,
                  device: torch.device) -> None:
         self.slots, self.shapes, self.numels, self.owner = slots, shapes, numels, owner
@@ -159,43 +164,30 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
                 if n <= SMALL and isinstance(t, torch.Tensor)]
         small = torch.cat(held) if held else None
     small_values = transfers.read(small) if small is not None else []
-    mins, maxs, norm_list, sum_list = stats
-    shown_min, shown_max, shown_norm = shown[0], shown[1], shown[2]
     dtype_name = _dtype_name(dtype)
     device_name = _device_name(device if device is not None else group[0].device)
     # the JSON text of a finite summary, as json.dumps(d, separators=(",", ":")) writes it
-    head: str | None = f'"dtype":"{dtype_name}","device":"{device_name}",'
+    head: str | None = f',"dtype":"{dtype_name}","device":"{device_name}",'
     if not (json_safe(dtype_name) and json_safe(device_name)):
         head = None
-    mean_format = _MEAN_FORMAT.get(dtype)
-    isfinite = math.isfinite
-    written: dict[int, tuple[Any, Any, Any, Any, str]] = {}  # block -> its numbers and text
+    blocks = _blocks(dtype, stats, shown, numels, owner, head)
     pos = 0
     for t, n, i, j in zip(group, numels, indices, owner, strict=True):
-        done = written.get(j)
-        if done is None:
-            lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
-            if isfinite(lo) and isfinite(hi) and isfinite(norm) and isfinite(total):
-                # the common case, as put_extremes and _stat write it
-                a, b, c = shown_min[j], shown_max[j], shown_norm[j]
-                if a != a:
-                    a = _stat(lo, dtype)
-                if b != b:
-                    b = _stat(hi, dtype)
-                if c != c:
-                    c = _stat(norm, dtype)
-                mean = total / n  # every view of the block has its number of elements
-                if mean_format is not None:
-                    mean = float(mean_format % mean)
-                tail = f'"min":{a!r},"max":{b!r},"mean":{mean!r},"norm":{c!r},"nonfinite":0'
-                done = written[j] = (a, b, mean, c, tail)
+        done = blocks[j]
         if done is not None:
             a, b, mean, c, tail = done
-            shape = t if type(t) is list else list(t.shape)
-            out = Encoded({"shape": shape, "dtype": dtype_name, "device": device_name,
+            size = t if type(t) is torch.Size else t.shape
+            out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,
                            "min": a, "max": b, "mean": mean, "norm": c, "nonfinite": 0})
-            text = (None if head is None else
-                    f'{{"shape":[{",".join(map(str, shape))}],{head}{tail}')
+            if tail is None:
+                text = None
+            else:
+                text = _SHAPES.get(size)
+                if text is None:
+                    if len(_SHAPES) >= 4096:
+                        _SHAPES.clear()
+                    text = _SHAPES[size] = '{"shape":[' + ",".join(map(str, size)) + "]"
+                text += tail
             if n <= SMALL:
                 values = out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
@@ -204,6 +196,7 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             out.text = None if text is None else text + "}"
             results[i] = out
             continue
+        lo, hi, norm, total = stats[0][j], stats[1][j], stats[2][j], stats[3][j]
         finite = isfinite(lo) and isfinite(hi)
         if finite:
             # finite values whose norm or sum overflowed the dtype: redo those in float64
@@ -217,6 +210,61 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             out["values"] = _values(small_values[pos : pos + n], dtype)
             pos += n
         results[i] = out
+
+
+_SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
+
+
+def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
+            numels: list[int], owner: list[int], head: str | None) -> list[Any]:
+    """Per block of memory: (min, max, mean, norm, the text after the shape) when every
+    statistic is finite (the common case, as ``put_extremes`` and ``_stat`` write it), else
+    None. The text is None when ``head`` is."""
+    mins, maxs, norms, sums = stats
+    count = len(mins)
+    block_numel = dict(zip(owner, numels, strict=True))  # every view of a block: its numel
+    sizes = list(map(block_numel.__getitem__, range(count)))
+    # a sum of four finite numbers is finite, or it overflowed (a float64 near its limits)
+    if not all(map(isfinite, map(sum, zip(mins, maxs, norms, sums, strict=True)))):
+        # rare: blocks with a non-finite statistic are written one by one, later
+        return [_block(dtype, stats, shown, sizes[j], j, head)
+                if isfinite(mins[j]) and isfinite(maxs[j]) and isfinite(norms[j])
+                and isfinite(sums[j]) else None
+                for j in range(count)]
+    a, b, c = shown[0], shown[1], shown[2]
+    if any(x != x for x in (sum(a), sum(b), sum(c))):
+        # not rounded in bulk (float64), or some value that was not: _stat's, where it was not
+        a = [x if x == x else _stat(y, dtype) for x, y in zip(a, mins, strict=True)]
+        b = [x if x == x else _stat(y, dtype) for x, y in zip(b, maxs, strict=True)]
+        c = [x if x == x else _stat(y, dtype) for x, y in zip(c, norms, strict=True)]
+    means = list(map(truediv, sums, sizes))  # every view of the block has its number of elements
+    mean_format = _MEAN_FORMAT.get(dtype)
+    if mean_format is not None:
+        means = list(map(float, map(mean_format.__mod__, means)))
+    if head is None:
+        tails: Any = [None] * count
+    else:
+        tails = [f'{head}"min":{x!r},"max":{y!r},"mean":{m!r},"norm":{z!r},"nonfinite":0'
+                 for x, y, m, z in zip(a, b, means, c, strict=True)]
+    return list(zip(a, b, means, c, tails, strict=True))
+
+
+def _block(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]], n: int,
+           j: int, head: str | None) -> tuple[Any, ...]:
+    lo, hi, norm, total = stats[0][j], stats[1][j], stats[2][j], stats[3][j]
+    a, b, c = shown[0][j], shown[1][j], shown[2][j]
+    if a != a:
+        a = _stat(lo, dtype)
+    if b != b:
+        b = _stat(hi, dtype)
+    if c != c:
+        c = _stat(norm, dtype)
+    mean = total / n
+    mean_format = _MEAN_FORMAT.get(dtype)
+    if mean_format is not None:
+        mean = float(mean_format % mean)
+    tail = f'"min":{a!r},"max":{b!r},"mean":{mean!r},"norm":{c!r},"nonfinite":0'
+    return (a, b, mean, c, None if head is None else head + tail)
 
 
 def memory_key(t: torch.Tensor) -> tuple | None:

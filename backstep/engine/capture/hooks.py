@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from functools import partial
 from threading import get_ident
 from typing import Any
 
@@ -23,7 +24,6 @@ from backstep.engine.capture.passes import (
     Pass,
     _device,
     _gradient_nodes,
-    _post_hook,
     _pre_hook,
 )
 from backstep.engine.controller import BackstepAbort, Controller
@@ -50,6 +50,8 @@ class Hooks:
         nodes = p.graph.nodes
         ran = p.ran
         if post:
+            if p.leaf is None:
+                p.leaf = [name == _ACCUMULATE for name in p.graph.names]
             hooked = p.post_on
             if hooked is None:
                 hooked = p.post_on = [False] * len(nodes)
@@ -59,7 +61,7 @@ class Hooks:
                 for i, node in enumerate(nodes):
                     if not ran[i] and not hooked[i] and (wanted is None or wanted[i]):
                         hooked[i] = True
-                        handles.append(node.register_hook(_post_hook(p, i, after)))
+                        handles.append(node.register_hook(partial(after, p, i)))
             p.has_post = True
             p.partial = wanted is not None and not all(wanted)
         if pre and not p.has_pre:
@@ -119,48 +121,51 @@ class Hooks:
             self._pause(p, i, reason, detail, grad_outputs, None)
 
     def _after(self, p: Pass, i: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
-        p.completed += 1
-        step = p.ran[i] = p.completed
-        p.current = None
-        controller = self.controller
-        if p.record:
-            graph = p.graph
-            node = graph.nodes[i]
-            batch = p.batch
-            add = batch.add
-            go = [add(g) for g in grad_outputs]
-            gi = [add(g) for g in grad_inputs]
-            saved, saved_text = saved_record(node)
-            after = None
-            if graph.names[i] == _ACCUMULATE:
-                variable = node.variable
-                after = (add(variable.grad), variable._version)
-            # a node run on another thread than its pass's (a CUDA device thread) says which
-            thread = None if get_ident() == p.thread else threading.current_thread().name
-            records = p.records
-            records.append((i, step, go, gi, saved, saved_text, after, thread))
-            if controller is not None:
-                held = p.held
-                held[graph.ids[i]] = (grad_outputs, grad_inputs)
-                if len(held) > HELD_NODES:
-                    del held[next(iter(held))]
-            if len(records) >= BATCH_NODES:
-                self._flush(p)
-            elif batch.nbytes >= BATCH_BYTES:
-                batch.settle()  # reduce what is held and let it go; written at the flush
-        if controller is None or controller.detached or p.finishing:
-            return
-        if controller.interrupt and not p.has_pre:
-            self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs, after=True)
-            return
-        bp = controller.breakpoints
-        if bp.on_gradients:
-            if p.checks is not None or device_checks.deferred(grad_inputs):
-                self._check_on_device(p, i, bp, grad_outputs, grad_inputs)
+        """The post-hook of node ``i``, bound with ``partial`` (one Python call per node)."""
+        with p.lock:
+            if not p.active:
                 return
-            hit = gradient_trip(bp, grad_inputs)
-            if hit is not None:
-                self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+            p.completed = step = p.completed + 1
+            p.ran[i] = step
+            p.current = None
+            controller = self.controller
+            if p.record:
+                batch = p.batch
+                add = batch.add
+                go = list(map(add, grad_outputs))
+                gi = list(map(add, grad_inputs))
+                node = p.graph.nodes[i]
+                saved, saved_text = saved_record(node)
+                after = None
+                if p.leaf[i]:
+                    variable = node.variable
+                    after = (add(variable.grad), variable._version)
+                # a node run on another thread than its pass's (a CUDA device thread) says which
+                thread = None if get_ident() == p.thread else threading.current_thread().name
+                records = p.records
+                records.append((i, step, go, gi, saved, saved_text, after, thread))
+                if controller is not None:
+                    held = p.held
+                    held[p.graph.ids[i]] = (grad_outputs, grad_inputs)
+                    if len(held) > HELD_NODES:
+                        del held[next(iter(held))]
+                if len(records) >= BATCH_NODES:
+                    self._flush(p)
+                elif batch.nbytes >= BATCH_BYTES:
+                    batch.settle()  # reduce what is held and let it go; written at the flush
+            if controller is None or controller.detached or p.finishing:
+                return
+            if controller.interrupt and not p.has_pre:
+                self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs, after=True)
+                return
+            bp = controller.breakpoints
+            if bp.on_gradients:
+                if p.checks is not None or device_checks.deferred(grad_inputs):
+                    self._check_on_device(p, i, bp, grad_outputs, grad_inputs)
+                    return
+                hit = gradient_trip(bp, grad_inputs)
+                if hit is not None:
+                    self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
 
     def _check_on_device(self, p: Pass, i: int, bp: Any, grad_outputs: tuple,
                          grad_inputs: tuple) -> None:

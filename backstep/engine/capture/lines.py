@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from backstep.engine.encoded import str_text
+
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 _NAMES: dict[str, str | None] = {}  # display name -> its JSON text, None when not certain
 
@@ -54,6 +56,6 @@ def accumulate_text(number: int, leaf: str | None, node_id: int, before: Any, af
     before_text, after_text = summary_text(before), summary_text(after)
     if before_text is None or after_text is None or type(version) is not int:
         return None
-    return (f'{{"event":"accumulate","pass":{number},"leaf":{_dumps(leaf)},"id":{node_id},'
+    return (f'{{"event":"accumulate","pass":{number},"leaf":{str_text(leaf)},"id":{node_id},'
             f'"before":{before_text},"after":{after_text},"retained":false,'
             f'"version":{version}}}\n')

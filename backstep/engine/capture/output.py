@@ -7,12 +7,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from backstep.engine.capture.lines import (
-    accumulate_text,
-    group_text,
-    name_text,
-    node_text,
-)
+from backstep.engine.capture.lines import accumulate_text, name_text, node_text
 from backstep.engine.capture.passes import (
     _ACCUMULATE,
     RETAINED_KEY,
@@ -89,40 +84,48 @@ class Output:
         if not p.records:
             return {}
         records, p.records = p.records, []
-        summaries = p.batch.compute()
-        texts = [None if s is None else getattr(s, "text", None) for s in summaries]
-        graph = p.graph
-        ids, names = graph.ids, graph.names
+        computed = p.batch.compute()
+        # slot -> summary and slot -> its text, with None (no tensor) -> None and "null"
+        summaries: dict[int | None, Any] = dict(enumerate(computed))
+        summaries[None] = None
+        texts: dict[int | None, str | None] = {
+            slot: None if s is None else getattr(s, "text", None) for slot, s in summaries.items()}
+        texts[None] = "null"
+        summary_of, text_of = summaries.__getitem__, texts.__getitem__
+        ids, names = p.graph.ids, p.graph.names
         number = p.number
         events: list[dict[str, Any]] = []
         emit = events.append
         out = {}
         for i, step, go, gi, saved, saved_text, after, thread in records:
-            gi_summaries = [None if s is None else summaries[s] for s in gi]
-            out[i] = gi_summaries
+            gi_summaries = out[i] = list(map(summary_of, gi))
             node_id = ids[i]
             name = names[i]
-            shown = display_name(name)
+            shown, shown_text = _shown(name)
             event = Encoded({
                 "event": "node",
                 "pass": number,
                 "step": step,
                 "id": node_id,
                 "name": shown,
-                "grad_outputs": [None if s is None else summaries[s] for s in go],
+                "grad_outputs": list(map(summary_of, go)),
                 "grad_inputs": gi_summaries,
                 "saved": saved,
                 "error": None,
             })
             if thread is not None:
                 event["thread"] = thread
-            event.text = node_text(number, step, node_id, name_text(shown),
-                                   group_text(go, texts), group_text(gi, texts), saved_text,
-                                   thread)
+            go_parts, gi_parts = list(map(text_of, go)), list(map(text_of, gi))
+            if None in go_parts or None in gi_parts:
+                event.text = None
+            else:
+                event.text = node_text(number, step, node_id, shown_text,
+                                       "[" + ",".join(go_parts) + "]",
+                                       "[" + ",".join(gi_parts) + "]", saved_text, thread)
             emit(event)
-            if name == _ACCUMULATE:
+            if after is not None:
                 leaf, before = p.leaf_names.get(i), p.before.get(i)
-                after_summary = summaries[after[0]] if after[0] is not None else None
+                after_summary = summary_of(after[0])
                 accumulate = Encoded({
                     "event": "accumulate",
                     "pass": number,
@@ -262,3 +265,16 @@ class Output:
     def _emit(self, event: dict[str, Any]) -> None:
         if self.sink is not None:
             self.sink.emit(event)
+
+
+_SHOWN: dict[str, tuple[str, str | None]] = {}  # node name -> display name and its JSON text
+
+
+def _shown(name: str) -> tuple[str, str | None]:
+    hit = _SHOWN.get(name)
+    if hit is None:
+        shown = display_name(name)
+        if len(_SHOWN) >= 65536:
+            _SHOWN.clear()
+        hit = _SHOWN[name] = (shown, name_text(shown))
+    return hit

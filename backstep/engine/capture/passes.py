@@ -46,6 +46,7 @@ class Pass:
         self.has_pre = False
         self.has_post = False
         self.post_on: list[bool] | None = None  # which nodes carry a post-hook
+        self.leaf: list[bool] | None = None  # which nodes are AccumulateGrad (with post-hooks)
         self.partial = False  # some nodes run without hooks: their steps come from the replay
         self.options: dict[str, Any] = {}
         self.announced_stop = False
@@ -146,15 +147,6 @@ def _device(grads: tuple) -> str | None:
 def _message(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _post_hook(p: Pass, i: int, after: Any) -> Any:
-    def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
-        with p.lock:
-            if p.active:
-                after(p, i, grad_inputs, grad_outputs)
-
-    return hook
 
 
 def _pre_hook(p: Pass, i: int, before: Any) -> Any:

@@ -71,8 +71,22 @@ class Diagnostician:
         local.collected = out
         local.busy, local.pending = True, []
         analyse = self._analyse
+        quiet = self._rules.quiet_nodes
+        lock = self._lock
         try:
-            for event in events:
+            start, count = 0, len(events)
+            while start < count:
+                try:
+                    with lock:
+                        end = quiet(events, start)  # node events that find nothing, at once
+                except Exception:  # noqa: BLE001 - analysed one by one instead
+                    end = start
+                if end > start:
+                    out += events[start:end]
+                    start = end
+                    continue
+                event = events[start]
+                start += 1
                 out.append(event)
                 try:
                     found = analyse(event)
@@ -141,6 +155,10 @@ class Diagnostician:
     # -- analysis ------------------------------------------------------------------------------
     def _analyse(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("event")
+        if kind == "node":  # most events: straight to their rule
+            with self._lock:
+                found = self._rules.node(event)
+            return self._once(found) if found else _NOTHING
         if kind not in _ANALYSED:
             return _NOTHING
         with self._lock:

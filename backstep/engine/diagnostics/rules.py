@@ -19,7 +19,8 @@ Found = tuple[tuple[Any, ...], dict[str, Any]]
 MAX_PASSES = 4096  # callers remembered, to name the pass that freed a graph
 MAX_FREED = 200_000  # node ids remembered with the pass that freed their saved tensors
 MAX_LEAVES = 100_000
-MAX_RETAINED = 64  # retain_graph passes whose graph is watched for reuse
+MAX_RETAINED = 64
+MAX_STATUSES = 4096  # saved lists remembered with their statuses (each held: ids stay unique)  # retain_graph passes whose graph is watched for reuse
 NONFINITE_PER_PASS = 3
 _SECOND_TIME = "backward through the graph a second time"
 _INPLACE = "modified by an inplace operation"
@@ -74,6 +75,8 @@ class EventRules:
         self.freed_by: OrderedDict[int, int] = OrderedDict()
         self.leaves: OrderedDict[str, tuple[int, int | None]] = OrderedDict()  # name -> pass, version
         self.last_pass: int | None = None
+        # id(a node's saved list) -> (the list, its statuses)
+        self._statuses: dict[int, tuple[Any, set[str]]] = {}
         # retain_graph pass -> [its node ids (leaves excluded: every graph that uses a parameter
         # shares its AccumulateGrad), reused by a later pass]
         self.retained: OrderedDict[int, tuple[frozenset[int], list[bool]]] = OrderedDict()
@@ -83,7 +86,7 @@ class EventRules:
         if kind == "pass_begin":
             self._begin(event)
         elif kind == "node":
-            return self._node(event)
+            return self.node(event)
         elif kind == "accumulate":
             self._accumulate(event)
         elif kind == "pass_end":
@@ -120,11 +123,20 @@ class EventRules:
         return (node.get("name"), node.get("source")) if node else (None, None)
 
     # -- node events -------------------------------------------------------------------------
-    def _node(self, event: dict[str, Any]) -> list[Found]:
+    def node(self, event: dict[str, Any]) -> list[Found]:
         info = self.passes.get(event.get("pass", 0))
         saved = event.get("saved") or ()
         error = event.get("error")
-        statuses = {s.get("status") for s in saved} if saved else _NO_STATUS
+        if saved:
+            # a recorded pass shares one saved list among the nodes that save alike
+            hit = self._statuses.get(id(saved))
+            if hit is None or hit[0] is not saved:
+                if len(self._statuses) >= MAX_STATUSES:
+                    self._statuses.clear()
+                hit = self._statuses[id(saved)] = (saved, {s.get("status") for s in saved})
+            statuses = hit[1]
+        else:
+            statuses = _NO_STATUS
         if not error and "modified" not in statuses:  # the common case: one pass over `saved`
             if info is not None and not info.retain and not statuses.isdisjoint(_HELD):
                 self._remember_freed(event.get("id"), info.number)
@@ -138,6 +150,36 @@ class EventRules:
         if modified or _INPLACE in error:
             found.append(self._inplace(info, event, modified, error))
         return found
+
+    def quiet_nodes(self, events: list[dict[str, Any]], start: int) -> int:
+        """Analyse the node events from ``start`` on that find nothing (the common case) as
+        ``node`` does; return the index of the first event that is not one, unanalysed."""
+        passes, cache, count = self.passes, self._statuses, len(events)
+        i = start
+        while i < count:
+            event = events[i]
+            if event.get("event") != "node" or event.get("error"):
+                break
+            saved = event.get("saved") or ()
+            if saved:
+                hit = cache.get(id(saved))
+                if hit is None or hit[0] is not saved:
+                    break  # ``node`` remembers its statuses
+                statuses = hit[1]
+                if "modified" in statuses:
+                    break
+            else:
+                statuses = _NO_STATUS
+            info = passes.get(event.get("pass", 0))
+            if info is not None:
+                if (event.get("grad_outputs") and event.get("grad_inputs") is not None
+                        and info.origins < NONFINITE_PER_PASS
+                        and (_count(event["grad_inputs"]) or event.get("id") in info.roots)):
+                    break  # ``_nonfinite`` has something to look at
+                if not info.retain and not statuses.isdisjoint(_HELD):
+                    self._remember_freed(event.get("id"), info.number)
+            i += 1
+        return i
 
     def _remember_freed(self, node_id: int, number: int) -> None:
         freed_by = self.freed_by
