@@ -19,12 +19,13 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
     python benchmarks/bench_replay.py [--size-mb 1024] [--nodes 2500] [--keys 30]
 
 Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
-median; memory <= 2x one pass. Measured 2026-11-23 on a 2-core machine shared with other jobs
-(load 1.2-2), 1 GB, three runs: first frame 483-837 ms; n 34-41, p 32-52; ] 36-62 paced and
-87-120 back to back ([: 60 and 128-150); g to pass 548 125-211 (3372 before the fold moved to
-indexing); every pass folded 19-21 s after opening; memory due to the trace 1.22-1.42x one
-parsed pass (raw peak 1.75-1.96x; it was 3.12x raw). Back to back, ] rebuilds the pass's graph
-(~8 ms build + ~7 ms layout for 2500 nodes here) and its tree rows while the key waits.
+median; memory <= 2x one pass. Measured 2026-11-23 on the idle 2-core machine, 1 GB: first
+frame 907 ms; n 41, p 33; ] 67 back to back and 33 paced, [ 72 and 56; ] held 1 s drawn 188 ms
+after the last press (was ~760 before keys were coalesced); g to pass 548 88 ms; every pass
+folded 18 s after opening; memory due to the trace 1.49x one parsed pass (raw peak 2.07x).
+Back to back, ] parses the next pass's node table (~5 ms for 2,500 nodes), builds its graph
+(~4 ms) and layout (~3 ms), and redraws every panel (the graph's rows ~10 ms) while the key
+waits; with a moment between keys the pass was opened ahead and only the drawing is left.
 """
 
 from __future__ import annotations
