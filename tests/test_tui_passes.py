@@ -78,6 +78,14 @@ class ScriptedLink:
         return 0
 
 
+async def settled(app: BackstepApp, pilot: Any) -> None:
+    """Everything the link fed is drawn: a stop is published at once, the events after it on
+    the reader's next 0.1 s tick (flushed here, so a loaded machine cannot read in between)."""
+    await pilot.pause()
+    app.reader.flush()
+    await pilot.pause()
+
+
 @pilot
 async def test_two_live_passes_listed_and_stepped_in_turn() -> None:
     link = ScriptedLink()
@@ -93,7 +101,7 @@ async def test_two_live_passes_listed_and_stepped_in_turn() -> None:
         assert "#1 stopped · #2 waiting" in screen_text(app)
 
         await pilot.press("n")
-        await pilot.pause()
+        await settled(app, pilot)
         assert link.sent == [{"cmd": "step", "stop": 1}]
         status = line_with(screen_text(app), "pass 2", "backward")
         assert "start of pass before PowBackward0 #1 on worker-2 (cpu)" in status
@@ -104,7 +112,7 @@ async def test_two_live_passes_listed_and_stepped_in_turn() -> None:
         assert live_passes(snap) == "#1 waiting (worker-1) · #2 stopped (worker-2)"
 
         await pilot.press("c")
-        await pilot.pause()
+        await settled(app, pilot)
         assert link.sent[-1] == {"cmd": "continue", "stop": 2}
         status = line_with(screen_text(app), "pass 1", "backward")
         assert "step 2 of 5" in status and f"before AddBackward0 #{ADD} on worker-1" in status
