@@ -232,24 +232,23 @@ class SummaryBatch:
                     dtype = t.dtype
                     n = t.numel()
                     if dtype in BATCHABLE and 0 < n <= LARGE:
-                        slot = len(self._tensors)
                         self.nbytes += n * dtype.itemsize
-                        group = self._host.get(dtype)
-                        if group is None:
-                            group = self._new_group(dtype)
-                        group.add(t, slot, n, SMALL)
-                        self._slots[key] = slot
-                        self._tensors.append(None)
-                        return slot
+                        return self._to_group(t, key, len(self._tensors), n, dtype)
             except Exception:  # noqa: BLE001 - taken the general way below
                 pass
         return self._add(t, key)
 
-    def _new_group(self, dtype: torch.dtype) -> Any:
-        from backstep.engine.summary_host import HostGroup
+    def _to_group(self, t: Any, key: int, slot: int, n: int, dtype: torch.dtype) -> int:
+        """A host tensor into its dtype's group (``summary_host``), at ``slot``."""
+        group = self._host.get(dtype)
+        if group is None:
+            from backstep.engine.summary_host import HostGroup
 
-        group = self._host[dtype] = HostGroup()
-        return group
+            group = self._host[dtype] = HostGroup()
+        group.add(t, slot, n, SMALL)
+        self._slots[key] = slot
+        self._tensors.append(None)
+        return slot
 
     def _add(self, t: Any, key: int) -> int | None:
         if not isinstance(t, torch.Tensor):
@@ -286,15 +285,7 @@ class SummaryBatch:
                     host = (not device and 0 < n <= LARGE and type(t) in PLAIN
                             and dtype in BATCHABLE and t.layout == _STRIDED)
                     if host:
-                        group = self._host.get(dtype)
-                        if group is None:
-                            from backstep.engine.summary_host import HostGroup
-
-                            group = self._host[dtype] = HostGroup()
-                        group.add(t, slot, n, SMALL)
-                        self._slots[key] = slot
-                        self._tensors.append(None)
-                        return slot
+                        return self._to_group(t, key, slot, n, dtype)
                 except Exception:  # noqa: BLE001 - summarised the careful way instead
                     pass
             self._slots[key] = slot

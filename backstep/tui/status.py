@@ -118,16 +118,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if optional == 1 and part.cell_len <= room:
             keep.add(i)
             room -= part.cell_len
-    keys = Text()
-    for key, what in hints:  # the keys in order while they fit; "? help" always
-        hint = hint_text(key, what)
-        if (key, what) == HELP:
-            keys.append_text(hint)
-        elif hint.cell_len <= room:
-            keys.append_text(hint)
-            room -= hint.cell_len
-        else:
-            room = -1  # none after one that did not fit: the order stays the order of HINTS
+    keys, room = fit_keys(hints, room)
     for i, (part, optional) in enumerate(parts):  # then the others, if room is left
         if optional == 2 and part.cell_len <= room:
             keep.add(i)
@@ -201,10 +192,9 @@ def live_passes(snapshot: Snapshot, width: int = 0) -> str:
     return " · ".join(f"#{p.number} {p.state}" for p in live)
 
 
-def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) -> Text:
-    """``head``, then the keys of ``hints`` in order while they fit in ``width`` (all when 0);
-    "? help" always, ``head`` cut at the right when even that does not fit."""
-    room = width - head.cell_len - 3 - hint_text(*HELP).cell_len if width else 10**9
+def fit_keys(hints: tuple[tuple[str, str], ...], room: int) -> tuple[Text, int]:
+    """The keys in order while they fit in ``room`` cells ("? help" always, its room already
+    set aside), none after one that did not fit; and the room left (-1 once one did not)."""
     keys = Text()
     for key, what in hints:
         hint = hint_text(key, what)
@@ -214,7 +204,15 @@ def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) ->
             keys.append_text(hint)
             room -= hint.cell_len
         else:
-            room = -1  # none after one that did not fit
+            room = -1  # the order stays the order of the hints
+    return keys, room
+
+
+def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) -> Text:
+    """``head``, then the keys of ``hints`` in order while they fit in ``width`` (all when 0);
+    "? help" always, ``head`` cut at the right when even that does not fit."""
+    room = width - head.cell_len - 3 - hint_text(*HELP).cell_len if width else 10**9
+    keys, _ = fit_keys(hints, room)
     line = head.copy()
     if width and line.cell_len + 3 + keys.cell_len > width:
         line.truncate(max(width - 3 - keys.cell_len, 0), overflow="ellipsis")
