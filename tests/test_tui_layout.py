@@ -29,6 +29,11 @@ SIZES = [(80, 24), (100, 30), (110, 32), (140, 42), (160, 48), (200, 60)]
 ALWAYS = ("#graph", "#gradients", "#saved", "#status")
 
 
+def no_wider(widget: Any) -> bool:
+    """Every row of a scrolling panel fits its width: nothing is cut at the right edge."""
+    return widget.virtual_size.width <= widget.scrollable_content_region.width
+
+
 def make_app(stop: int = 3) -> BackstepApp:
     return BackstepApp(RecordingLink(long_name_events(), stop=stop))
 
@@ -161,7 +166,7 @@ async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         graph = app.query_one(GraphPanel)
-        assert graph.virtual_size.width <= graph.scrollable_content_region.width  # none cut right
+        assert no_wider(graph)  # none cut at the right
         leaves = 0
         for line in graph._tree_lines:
             row = line.node.data
@@ -235,4 +240,4 @@ async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
         await pilot.pause()
         text = screen_text(app)
         assert "AccGrad weight" in text  # five levels deep: the leaf kept whole, the name short
-        assert panel.virtual_size.width <= panel.scrollable_content_region.width  # none cut right
+        assert no_wider(panel)  # none cut at the right

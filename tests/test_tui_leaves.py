@@ -8,7 +8,7 @@ import pytest
 from backstep.tui.app import BackstepApp
 from backstep.tui.leaves import COLUMNS, LeavesPanel, column_widths, name_label
 from tests.test_tui import pilot, screen_text
-from tests.test_tui_layout import gpt_named_events, make_app
+from tests.test_tui_layout import gpt_named_events, make_app, no_wider
 from tests.tui_fixtures import LONG_LEAVES, RecordingLink
 
 FULL = tuple(w for _, w, _ in COLUMNS)
@@ -47,7 +47,7 @@ async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         panel = app.query_one(LeavesPanel)
-        assert panel.virtual_size.width <= panel.scrollable_content_region.width  # none cut right
+        assert no_wider(panel)  # none cut at the right
         names = shown_names(app)
         assert len(names) >= 5
         for shown in names:
@@ -73,7 +73,7 @@ async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
         narrow = shown_names(app)
         assert panel._keys == keys  # the same rows, their cells rewritten
         assert all(len(n) < len(w) for n, w in zip(narrow, wide, strict=True)), (narrow, wide)
-        assert panel.virtual_size.width <= panel.scrollable_content_region.width
+        assert no_wider(panel)
         assert "64" in screen_text(app)  # the accumulated value still shown
         await pilot.resize_terminal(170, 48)
         await pilot.pause()

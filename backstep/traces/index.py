@@ -31,7 +31,6 @@ _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
 KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _BYTE_CODE = {kind.encode(): code for kind, code in _CODE.items()}
-_CLOSED = frozenset({b"}\n"})  # a line as written ends its object there (else: parsed to see)
 LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
 
 
@@ -273,7 +272,7 @@ class TraceIndex:
             newline = find(b"\n", start)
             end = size if newline < 0 else newline + 1
             match = head(data, start, min(end, start + 64))
-            if match is not None and data[end - 2 : end] in _CLOSED:
+            if match is not None and data[end - 2 : end] == b"}\n":  # as written (else parsed)
                 code = codes.get(match.group(1)) if match.group(2) == mine else None
             else:
                 kind, at = self._head(start, end)

@@ -22,20 +22,6 @@ def name_text(name: str) -> str | None:
     return text  # type: ignore[return-value]
 
 
-def group_text(slots: list[int | None], texts: list[str | None]) -> str | None:
-    """``[summary, ...]`` of a node's gradients (their batch slots), or None."""
-    parts = []
-    for slot in slots:
-        if slot is None:
-            parts.append("null")
-            continue
-        text = texts[slot]
-        if text is None:
-            return None
-        parts.append(text)
-    return "[" + ",".join(parts) + "]"
-
-
 def node_text(number: int, step: int, node_id: int, name: str | None, go: str | None,
               gi: str | None, saved: str | None, thread: str | None) -> str | None:
     if name is None or go is None or gi is None or saved is None:

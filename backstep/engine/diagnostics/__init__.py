@@ -70,7 +70,6 @@ class Diagnostician:
         out: list[dict[str, Any]] = []
         local.collected = out
         local.busy, local.pending = True, []
-        analyse = self._analyse
         quiet = self._rules.quiet_nodes
         lock = self._lock
         try:
@@ -88,24 +87,7 @@ class Diagnostician:
                 event = events[start]
                 start += 1
                 out.append(event)
-                try:
-                    found = analyse(event)
-                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
-                    found = _NOTHING
-                if found:
-                    out.extend(found)
-                while local.pending:  # emitted while it was analysed: those next, in turn
-                    queue, local.pending = local.pending, []
-                    while queue:
-                        queued = queue.pop(0)
-                        try:
-                            found = analyse(queued)
-                        except Exception:  # noqa: BLE001
-                            found = _NOTHING
-                        out.extend(found)
-                        if local.pending:
-                            queue += local.pending
-                            local.pending = []
+                self._follow(event, out.append)  # its diagnoses, and what it set off, in turn
         finally:
             local.busy = False
             local.collected = None
@@ -115,7 +97,9 @@ class Diagnostician:
         """Analyse ``event`` (then whatever was emitted while it was analysed) and ``put`` each
         diagnosis found."""
         local = self._local
-        local.busy, local.pending = True, []
+        outer = getattr(local, "busy", False)  # inside emit_many: its pending list goes on
+        if not outer:
+            local.busy, local.pending = True, []
         try:
             queue = None  # the common case: one event, no diagnosis, nothing re-entered
             while True:
@@ -132,7 +116,7 @@ class Diagnostician:
                     break
                 event = queue.pop(0)
         finally:
-            local.busy = False
+            local.busy = outer
 
     def flush(self) -> None:
         self.inner.flush()
