@@ -11,8 +11,11 @@ Modes, interleaved repetition by repetition so machine noise hits them alike (me
   nonfinite   armed with a break-on-non-finite breakpoint (never trips here)
   anomaly     ``torch.autograd.detect_anomaly(check_nan=True)``: the bar nonfinite must beat
   floor rows  what any recorder built on Python node hooks pays before it writes anything:
-              a post-hook on every node that keeps the gradients it sees (hooks), and the same
-              plus one exact min/max/sum/norm of every distinct gradient (hooks + reductions)
+              a post-hook on every node that does nothing (empty hooks: the call alone), one
+              that keeps the gradients it sees (hooks: keeping every gradient to the end also
+              costs the allocator page faults a recorder that reduces per batch never pays), and
+              the same plus one exact min/max/sum/norm of every distinct gradient (hooks +
+              reductions)
 Host transfers per pass: on CUDA, the syncs counted by ``torch.cuda.set_sync_debug_mode``; on
 CPU, the reads ``backstep.engine.transfers`` counts with the device path forced on
 (``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
@@ -82,16 +85,17 @@ def _walk(root: torch.autograd.graph.Node) -> list[torch.autograd.graph.Node]:
     return nodes
 
 
-def _floor_backward(loss: torch.Tensor, reduce: bool) -> None:
-    """The least a per-node recorder does: hook every node, keep what it sees, unhook; with
-    ``reduce``, also one exact min/max, sum and norm per distinct gradient (batched norms)."""
+def _floor_backward(loss: torch.Tensor, floor: str) -> None:
+    """The least a per-node recorder does: hook every node, keep what it sees ("keep"), unhook;
+    with "reduce", also one exact min/max, sum and norm per distinct gradient (batched norms);
+    with "empty", the hooks keep nothing."""
     seen: list[tuple] = []
-    handles = [node.register_hook(lambda gi, go: seen.append((gi, go)))
-               for node in _walk(loss.grad_fn)]
+    hook = (lambda gi, go: None) if floor == "empty" else (lambda gi, go: seen.append((gi, go)))
+    handles = [node.register_hook(hook) for node in _walk(loss.grad_fn)]
     loss.backward()
     for handle in handles:
         handle.remove()
-    if reduce:
+    if floor == "reduce":
         grads = list({id(g): g for pair in seen for group in pair for g in group
                       if g is not None}.values())
         extrema = [g.aminmax() for g in grads]
@@ -101,7 +105,8 @@ def _floor_backward(loss: torch.Tensor, reduce: bool) -> None:
                      torch.stack(sums), torch.stack(norms)]).tolist()
 
 
-FLOORS = {"floor: hooks": False, "floor: hooks + reductions": True}
+FLOORS = {"floor: empty hooks": "empty", "floor: hooks": "keep",
+          "floor: hooks + reductions": "reduce"}
 
 
 def _sync(device: str) -> None:
