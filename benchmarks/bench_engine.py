@@ -16,6 +16,8 @@ Modes, interleaved repetition by repetition so machine noise hits them alike (me
               costs the allocator page faults a recorder that reduces per batch never pays), and
               the same plus one exact min/max/sum/norm of every distinct gradient (hooks +
               reductions)
+  ablation    a trace's recording with no event built, diagnosed or written: what recording
+              costs before its events (summaries reduced and read, hooks installed and run)
 Host transfers per pass: on CUDA, the syncs counted by ``torch.cuda.set_sync_debug_mode``; on
 CPU, the reads ``backstep.engine.transfers`` counts with the device path forced on
 (``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
@@ -38,6 +40,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -63,11 +66,24 @@ TARGETS = {  # device -> mode -> (first, second workload) ratio targets from the
 }
 
 
+class _NoEvents(Capture):
+    """Recording with every event left out: hooks, summaries and their reductions as a trace
+    makes them, then nothing built, diagnosed or written (the "no events" ablation row)."""
+
+    def _flush(self, p: Any) -> dict[int, list[Any]]:
+        if p.records:
+            p.records = []
+            p.batch.compute()
+        return {}
+
+
 def _capture(mode: str) -> Capture | None:
     if mode == "plain":
         return None
     if mode == "trace":  # as `backstep trace` records: diagnostics on, events encoded
         return Capture(Diagnostician(JsonlRecorder(open(os.devnull, "wb"))))  # noqa: SIM115
+    if mode == NO_EVENTS:
+        return _NoEvents(JsonlRecorder(open(os.devnull, "wb")))  # noqa: SIM115
     breakpoints = [{"kind": "nonfinite"}] if mode == "nonfinite" else []
     controller = Controller(lambda event: None, breakpoints, stop_at_pass_start=False)
     return Capture(None, controller)
@@ -105,6 +121,7 @@ def _floor_backward(loss: torch.Tensor, floor: str) -> None:
                      torch.stack(sums), torch.stack(norms)]).tolist()
 
 
+NO_EVENTS = "ablation: trace, no events"
 FLOORS = {"floor: empty hooks": "empty", "floor: hooks": "keep",
           "floor: hooks + reductions": "reduce"}
 
@@ -116,7 +133,7 @@ def _sync(device: str) -> None:
 
 def time_modes(name: str, reps: int, device: str = "cpu") -> dict[str, float]:
     model, make_loss = WORKLOADS[name](device=device)
-    modes = ["plain", "trace", "armed", "nonfinite", "anomaly", *FLOORS]
+    modes = ["plain", "trace", "armed", "nonfinite", "anomaly", *FLOORS, NO_EVENTS]
     captures = {mode: _capture(mode) for mode in modes if mode not in FLOORS and mode != "anomaly"}
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
     for rep in range(reps + 2):
@@ -268,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             target = targets[column]
             rows.append((name, f"{mode} ratio", ratio, target,
                          None if target is None else ratio <= target))
-        for mode in FLOORS:
+        for mode in (*FLOORS, NO_EVENTS):
             rows.append((name, f"{mode}", times[mode] / plain, None, None))
         if device == "cpu":
             ratio = forward_after(name, reps)
