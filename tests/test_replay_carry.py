@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.carry import EVERY, Carry, CarryLog
+from backstep.tui import carry
+from backstep.tui.carry import Carry, CarryLog
 
-PASSES = 3 * EVERY + 3
+PASSES = 15
 
 
 def grad(norm: float | None) -> dict[str, Any] | None:
@@ -104,10 +105,32 @@ def test_folded_in_slices_then_read_from_remembered_points(trace: Path) -> None:
         log = CarryLog(index)
         while not log.work(0.0):  # one pass per slice
             pass
-        assert len(log._marks) == PASSES // EVERY + 1  # the state every EVERY passes, no more
+        assert sorted(log._marks) == list(range(PASSES + 1))  # the state after every pass
+        reads: list[int] = []
+        real = index.read_kinds
+        index.read_kinds = lambda n, kinds: reads.append(n) or real(n, kinds)  # type: ignore
         for number in range(PASSES + 1, 0, -1):
             assert same(log.before(number), reference(number)), number
+        assert reads == []  # any pass opens with nothing left to fold
         assert reference(PASSES).leaves[1][2] == 10.0 * (PASSES - 1)  # the fold is not trivial
+
+
+@pytest.mark.parametrize("states", [1.5, 3.5, 6.5])
+def test_remembered_states_stay_within_their_budget(trace: Path, states: float,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the budget every other state is let go (then every 4th kept, ...): what is kept
+    stays within it, and every pass's carry is still the plain fold's."""
+    with TraceIndex(trace) as index:
+        size = CarryLog(index)._marks[0].nbytes() + 13 * 3  # a state of the 3 leaves
+        monkeypatch.setattr(carry, "MARKS_BUDGET", int(states * size))
+        log = CarryLog(index)
+        while not log.work(0.0):
+            assert log._marks_bytes <= carry.MARKS_BUDGET
+        assert log.every > 1 and len(log._marks) <= states
+        assert sorted(log._marks) == list(range(0, PASSES + 1, log.every))
+        assert log._marks_bytes == sum(m.nbytes() for m in log._marks.values())
+        for number in range(PASSES + 1, 0, -1):
+            assert same(log.before(number), reference(number)), number
 
 
 def test_a_partly_indexed_file_is_indexed_before_folding_an_unfinished_pass(trace: Path) -> None:
@@ -161,11 +184,13 @@ def test_a_snapshot_keeps_the_leaf_norms_of_its_moment() -> None:
     assert "c" not in shown[2] and shown[2].get("c") is None and len(shown[2]) == 2
 
 
-def test_going_back_pass_by_pass_folds_each_pass_at_most_once(trace: Path) -> None:
-    """[ back from a pass finds the state before it among those folded on the way to it: a walk
-    back over every pass reads each pass's lines at most once (it read up to EVERY - 1 for each
-    pass before)."""
+def test_going_back_pass_by_pass_folds_each_pass_at_most_once(
+        trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With states remembered only every few passes, [ back from a pass finds the state before
+    it among those folded on the way to it: a walk back over every pass reads each pass's
+    lines at most once (it would read up to ``every - 1`` for each pass before)."""
     with TraceIndex(trace) as index:
+        monkeypatch.setattr(carry, "MARKS_BUDGET", 4 * CarryLog(index)._marks[0].nbytes())
         log = CarryLog(index)
         while not log.work(1.0):
             pass
@@ -177,6 +202,8 @@ def test_going_back_pass_by_pass_folds_each_pass_at_most_once(trace: Path) -> No
             return real(number, kinds)
 
         index.read_kinds = counting  # type: ignore[method-assign]
+        assert log.every >= 4
         for number in range(PASSES + 1, 0, -1):
             assert same(log.before(number), reference(number)), number
         assert len(reads) == len(set(reads)) <= PASSES, reads
+        assert reads  # states were missing: some passes were folded again

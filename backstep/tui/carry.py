@@ -4,8 +4,10 @@ A pass opened in a replay starts from where the passes before it left the leaves
 passes have accumulated into each since it was zeroed, and its latest norm) and the diagnoses so
 far. That is a fold over every earlier pass's ``accumulate`` lines: seconds for hundreds of
 passes. ``CarryLog`` folds each pass once, in pass order, in slices while the UI idles (or on
-demand), and remembers the state after every ``EVERY``-th pass as three flat arrays (bytes per
-leaf, no events), so opening any pass folds at most ``EVERY - 1`` passes. Stdlib only.
+demand), and remembers the state after each pass as three flat arrays (13 bytes per leaf, no
+events), so opening any pass folds nothing. Past ``MARKS_BUDGET`` bytes of remembered states
+(thousands of passes of hundreds of leaves) only every 2nd, then 4th, ... is kept: opening a
+pass then folds at most ``every - 1`` passes. Stdlib only.
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ from backstep.traces.index import TraceIndex
 from backstep.tui.model import SessionModel
 from backstep.tui.snapshot import number as number_of
 
-EVERY = 4  # remember the state after every 4th pass: ~13 bytes per leaf each
+MARKS_BUDGET = 4 * 1024 * 1024  # bytes of remembered states, beyond which fewer are kept
 KINDS = {"accumulate", "diagnosis"}
-RECENT = EVERY + 1  # states folded lately, kept too: ] folds one pass onto the last one, and [
-# back from a pass finds the state before it among those folded on the way to it
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class _State:
         self.norms = array("d")
         self.seen = bytearray()  # 0: not yet accumulated, 1: no norm yet, 2: has a norm
         self.diagnoses = 0  # how many of the log's diagnoses are folded in
+
+    def nbytes(self) -> int:
+        """About what the state holds in memory (its arrays and their objects)."""
+        return 13 * len(self.seen) + 300
 
     def copy(self) -> _State:
         state = _State(self.names, self.slots)
@@ -98,7 +102,8 @@ class _State:
 
 
 class CarryLog:
-    """Each pass's carry, folded once in pass order and remembered every ``EVERY`` passes."""
+    """Each pass's carry, folded once in pass order and remembered every ``every`` passes (1
+    until the remembered states outgrow ``MARKS_BUDGET``, then 2, 4, ...)."""
 
     def __init__(self, index: TraceIndex) -> None:
         self.index = index
@@ -108,7 +113,12 @@ class CarryLog:
         self._state = _State(self._names, self._slots)  # after the first ``_folded`` passes
         self._folded = 0
         self._marks: dict[int, _State] = {0: self._state.copy()}  # passes folded -> state
-        self._recent: dict[int, _State] = {}  # the last few asked for, oldest first
+        self._marks_bytes = self._marks[0].nbytes()
+        self.every = 1  # passes between remembered states
+        # states folded lately between marks (every > 1), kept too: ] folds one pass onto the
+        # last one, and [ back from a pass finds the state before it among those folded on the
+        # way to it; the last few asked for, oldest first
+        self._recent: dict[int, _State] = {}
         # while the file is still being indexed, the scan hands over each pass's accumulate
         # and diagnosis lines as it finds them, and a pass is folded when it ends: no pass
         # is looked for twice. Passes indexed before this are read from the file.
@@ -148,8 +158,17 @@ class CarryLog:
         number = self.index.numbers()[self._folded]
         self._state.fold(self._events(number), self._diagnoses)
         self._folded += 1
-        if self._folded % EVERY == 0:
-            self._marks[self._folded] = self._state.copy()
+        if self._folded % self.every == 0:
+            mark = self._marks[self._folded] = self._state.copy()
+            self._marks_bytes += mark.nbytes()
+            if self._marks_bytes > MARKS_BUDGET:
+                self._thin()
+
+    def _thin(self) -> None:
+        """Keep every other remembered state: twice as many passes between them."""
+        self.every *= 2
+        for k in [k for k in self._marks if k % self.every]:
+            self._marks_bytes -= self._marks.pop(k).nbytes()
 
     def work(self, budget: float | None) -> bool:
         """Fold passes for about ``budget`` seconds (None: all that can be); True when all
@@ -176,7 +195,7 @@ class CarryLog:
             self._fold_next()
         if count == self._folded:
             return self._state.carry(self._diagnoses)
-        start = count - count % EVERY
+        start = count - count % self.every
         near = [k for k in self._recent if start <= k <= count]  # ] from the pass before
         start = max(near, default=start)
         state = (self._recent[start] if start in self._recent else self._marks[start]).copy()
@@ -185,6 +204,6 @@ class CarryLog:
             # the states on the way are kept too: [ back from this pass folds nothing
             self._recent.pop(i + 1, None)
             self._recent[i + 1] = state if i + 1 == count else state.copy()
-        while len(self._recent) > RECENT:
+        while len(self._recent) > self.every + 1:
             del self._recent[next(iter(self._recent))]
         return state.carry(self._diagnoses)
