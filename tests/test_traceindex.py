@@ -162,3 +162,26 @@ def test_a_partial_index_shows_the_first_pass_then_scans_in_slices(traces) -> No
         for number in whole.numbers():
             assert part.read(number).events == whole.read(number).events
         assert part.note() == whole.note() is None
+
+
+@pytest.mark.parametrize("kind", ["full", "nosource"])
+def test_lines_found_a_node_at_a_time_are_the_lines_found_at_once(
+        traces: dict[str, Path], kind: str) -> None:
+    """A replay finds a pass's lines only as far as the cursor goes: node by node, they come
+    out as the whole pass's, in order, and nothing past the node asked for is looked at."""
+    with TraceIndex(traces[kind]) as whole, TraceIndex(traces[kind]) as lazy:
+        for number in whole.numbers():
+            full = whole.pass_lines(number)
+            assert full.complete and len(full.nodes) == whole.passes[number].steps
+            assert [full.kinds[i] for i in full.nodes] == [1] * len(full.nodes)
+            first = lazy.pass_lines(number, 1)
+            assert not first.complete and len(first.nodes) == 1
+            assert first.found == full.ends[full.nodes[0]]  # up to its first node line
+            for k in range(2, len(full.nodes) + 2):
+                found = lazy.pass_lines(number, k)
+                assert found is first  # the same lines, found further
+                assert list(found.nodes[:k]) == list(full.nodes[:k])
+            assert found.complete
+            for name in ("starts", "ends", "kinds", "nodes"):
+                assert list(getattr(found, name)) == list(getattr(full, name)), name
+            assert lazy.pass_lines(number) is found

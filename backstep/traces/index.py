@@ -31,6 +31,7 @@ _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
 KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _BYTE_CODE = {kind.encode(): code for kind, code in _CODE.items()}
+NODE_CODE = _CODE["node"]
 LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
 
 
@@ -52,11 +53,16 @@ class PassIndex:
 
 @dataclass
 class PassLines:
-    """One pass's lines, in file order: byte offsets and the KINDS code of each."""
+    """One pass's lines, in file order: byte offsets and the KINDS code of each, and which of
+    them are ``node`` lines. Found up to byte ``found`` so far (``pass_lines(n, nodes)`` looks
+    only as far as it needs to: a replay opening a pass needs its first node line only)."""
 
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
     kinds: bytearray = field(default_factory=bytearray)
+    nodes: array = field(default_factory=lambda: array("q"))  # indices of the node lines
+    found: int = 0  # the byte where the search goes on
+    complete: bool = False  # every line of the pass (as far as it is indexed) is found
 
 
 @dataclass
@@ -254,20 +260,33 @@ class TraceIndex:
         """Pass numbers in order (so far, while a partial index is still scanning)."""
         return self._numbers
 
-    def pass_lines(self, number: int) -> PassLines:
+    def pass_lines(self, number: int, nodes: int | None = None) -> PassLines:
         """Where each of one pass's lines is (found again from its byte range; the last few
-        passes asked for are kept)."""
+        passes asked for are kept). ``nodes``: at least as far as its first ``nodes`` node
+        lines (the rest may not be found yet: ``complete`` says)."""
         index = self.passes[number]
         key = (index.first, index.last)
         cached = self._lines.get(number)
         if cached is not None and cached[0] == key:
-            return cached[1]
-        found = PassLines()
-        starts, ends, kinds = found.starts, found.ends, found.kinds
+            found = cached[1]
+        else:
+            found = PassLines(found=index.first)
+            self._lines.pop(number, None)
+            self._lines[number] = (key, found)
+            while len(self._lines) > LINES_KEPT:
+                del self._lines[next(iter(self._lines))]
+        if not found.complete and (nodes is None or len(found.nodes) < nodes):
+            self._find_lines(number, found, index.last, nodes)
+        return found
+
+    def _find_lines(self, number: int, found: PassLines, last: int, nodes: int | None) -> None:
+        """Find more of a pass's lines: up to ``last``, or until ``nodes`` node lines are."""
+        starts, ends, kinds, node_lines = found.starts, found.ends, found.kinds, found.nodes
         data, size = self._map, len(self._map)
         find, head, codes = data.find, _HEAD.match, _BYTE_CODE
         mine = str(number).encode()
-        start, last = index.first, index.last
+        want = -1 if nodes is None else nodes
+        start = found.found
         while start < last:  # _head, inlined for the lines as written (3,000 a pass)
             newline = find(b"\n", start)
             end = size if newline < 0 else newline + 1
@@ -278,15 +297,16 @@ class TraceIndex:
                 kind, at = self._head(start, end)
                 code = _CODE.get(kind) if at == number and kind is not None else None
             if code is not None:
+                if code == NODE_CODE:
+                    node_lines.append(len(kinds))
                 starts.append(start)
                 ends.append(end)
                 kinds.append(code)
             start = end
-        self._lines.pop(number, None)
-        self._lines[number] = (key, found)
-        while len(self._lines) > LINES_KEPT:
-            del self._lines[next(iter(self._lines))]
-        return found
+            if len(node_lines) == want:
+                break
+        found.found = start
+        found.complete = start >= last
 
     def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
         """Only the events of these kinds of one pass (e.g. its accumulations), in order."""

@@ -82,7 +82,8 @@ class GraphPanel(LightTree[Row]):
         self._loaded.clear()
         n = len(view.graph.nodes)
         self.border_title = f"Graph · pass {view.number} · {n} node{'s' if n != 1 else ''}"
-        self._load(TOP)
+        with self.batch():
+            self._load(TOP)
 
     def _load(self, key: Key) -> None:
         """Add a container's rows the first time it is opened."""
@@ -202,11 +203,12 @@ class GraphPanel(LightTree[Row]):
         """Open what hides the node's row and, by default, put the cursor on it."""
         if self.layout_ is None or node_id not in self.layout_.head:
             return
-        for key in self.layout_.reveal(node_id):
-            self._load(key)
-            container = self._containers.get(key)
-            if container is not None and not container.is_expanded:
-                container.expand()
+        with self.batch():
+            for key in self.layout_.reveal(node_id):
+                self._load(key)
+                container = self._containers.get(key)
+                if container is not None and not container.is_expanded:
+                    container.expand()
         row = self._rows.get(node_id)
         if row is not None and move:
             self._tree_lines  # noqa: B018 - rebuild line numbers so the cursor lands right
@@ -217,7 +219,8 @@ class GraphPanel(LightTree[Row]):
     def _expanded(self, event: Tree.NodeExpanded[Row]) -> None:
         row = event.node.data
         if row is not None and row.key is not None:
-            self._load(row.key)
+            with self.batch():
+                self._load(row.key)
 
     @on(Tree.NodeHighlighted)
     def _highlighted(self, event: Tree.NodeHighlighted[Row]) -> None:

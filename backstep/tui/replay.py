@@ -49,13 +49,15 @@ class PassTimeline:
     def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
         self.index = index
-        lines = index.pass_lines(number)
-        self._lines = lines
+        # the pass's lines are found as the cursor reaches them too: opening it reads its
+        # pass_begin (where the scan found it) and finds its first node line only
+        place = index.passes[number]
+        self.count = place.steps
+        self._lines = index.pass_lines(number, 1)
+        lines = self._lines
         begin: dict[str, Any] = {}
         if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE:
             begin = index.event_at(lines.starts[0], lines.ends[0]) or {}
-        self._node_lines = [i for i, code in enumerate(lines.kinds) if code == NODE_CODE]
-        self.count = len(self._node_lines)
         self.thread = begin.get("thread")
         self.model = SessionModel()
         if index.session is not None:
@@ -75,10 +77,25 @@ class PassTimeline:
         """The ``node`` event of the ``k``-th node run (0-based), parsed from its line."""
         if self._parsed is not None and self._parsed[0] == k:
             return self._parsed[1]
-        i = self._node_lines[k]
+        i = self._node_line(k)
         event = self._line(i)
         self._parsed = (k, event)
         return event
+
+    def _node_line(self, k: int) -> int:
+        """Which of the pass's lines is its ``k``-th node line (0-based)."""
+        if k >= len(self._lines.nodes):
+            self._lines = self.index.pass_lines(self.number, k + 1)
+        return self._lines.nodes[k]
+
+    def _more(self) -> bool:
+        """Find the pass's lines up to its next node line; False when no more are left."""
+        lines = self._lines
+        if lines.complete:
+            return False
+        found = len(lines.kinds)
+        self._lines = self.index.pass_lines(self.number, len(lines.nodes) + 1)
+        return len(self._lines.kinds) > found
 
     def _line(self, i: int) -> dict[str, Any]:
         lines = self._lines
@@ -100,10 +117,10 @@ class PassTimeline:
         if self._pending is not None:
             self.model.apply(self._pending)
             self._pending = None
-        kinds = self._lines.kinds
-        while self._next < len(kinds):
+        while self._next < len(self._lines.kinds) or self._more():
             i = self._next
             self._next += 1
+            kinds = self._lines.kinds
             if kinds[i] == BEGIN_CODE:
                 continue
             event = self._line(i)
@@ -188,7 +205,6 @@ class Replay:
         self.carries = CarryLog(index)
         self._reason: tuple[str, str | None] | None = None
         self._seq = 0
-        self._node_starts: tuple[int | None, list[int]] = (None, [])  # of one pass, in order
 
     def _all(self) -> None:
         """Index the rest of the file now (a move past what a partial index has seen)."""
@@ -248,15 +264,10 @@ class Replay:
         if pos is None:
             return 0
         passes = self.index.passes
-        lines = self.index.pass_lines(pos.number)
         k = pos.k + 1 if pos.after else pos.k
-        if self._node_starts[0] != pos.number:
-            self._node_starts = (pos.number, [
-                start for start, code in zip(lines.starts, lines.kinds, strict=True)
-                if code == NODE_CODE])
-        nodes = self._node_starts[1]
-        if k < len(nodes):
-            return nodes[k]
+        lines = self.index.pass_lines(pos.number, k + 1)
+        if k < len(lines.nodes):
+            return lines.starts[lines.nodes[k]]
         end = passes[pos.number].last
         later = [passes[n].first for n in self.numbers if n > pos.number]
         if not later:
