@@ -8,18 +8,21 @@ the fold icon's. Each added or opened node also asks for a layout of the whole s
 on a 140x42 screen), though the tree's box is set by the stylesheet: only a change of its
 virtual size (scrollbars) needs one, and setting ``virtual_size`` asks for it then. Rows added
 or opened in a ``batch()`` invalidate once at its end (a pass change adds a hundred at once), and
-a frame works out the widget's style once, not once per row.
+a frame works out the widget's style, and its guides' and labels' component styles, once, not
+once per row (``_render_line`` is ``Tree._render_line`` with those lifted out of it: the rows it
+draws are the same, cell for cell).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
+from textual._segment_tools import line_pad
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import Tree
@@ -35,6 +38,7 @@ class LightTree(Tree[T]):
     _batching = 0  # inside batch(): invalidations wait for its end
     _missed = False  # an invalidation waited
     _frame_style: Style | None = None  # the widget's style, worked out once per frame
+    _frame_parts: dict[str, Any] | None = None  # the component styles, once per frame
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -67,10 +71,11 @@ class LightTree(Tree[T]):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._frame_style = self.rich_style
+        self._frame_parts = None
         try:
             return super().render_lines(crop)
         finally:
-            self._frame_style = None
+            self._frame_style = self._frame_parts = None
 
     def render_line(self, y: int) -> Strip:
         """``Tree.render_line`` with the style worked out once per frame (``rich_style`` walks
@@ -80,3 +85,94 @@ class LightTree(Tree[T]):
             style = self.rich_style
         scroll_x, scroll_y = self.scroll_offset
         return self._render_line(y + scroll_y, scroll_x, scroll_x + self.size.width, style)
+
+    def _parts(self) -> dict[str, Any]:
+        """What ``Tree._render_line`` works out for every row: the same for all rows of a
+        frame (the pseudo-classes and focus do not change while it is drawn)."""
+        parts = self._frame_parts
+        if parts is not None:
+            return parts
+        rich = self.get_component_rich_style
+        base = rich("tree--guides", partial=True)
+        parts = {
+            "base_hidden": self.get_component_styles("tree--guides").color.a == 0,
+            "hover_hidden": self.get_component_styles("tree--guides-hover").color.a == 0,
+            "selected_hidden": self.get_component_styles("tree--guides-selected").color.a == 0,
+            "base": base,
+            "hover": base + rich("tree--guides-hover", partial=True),
+            "selected": base + rich("tree--guides-selected", partial=True),
+            "guides": {},
+            "focus": self.has_focus,
+        }
+        if self._frame_style is not None:
+            self._frame_parts = parts
+        return parts
+
+    def _guides(self, parts: dict[str, Any], style: Style, hidden: bool) -> tuple[str, ...]:
+        """``Tree._render_line``'s ``get_guides``, kept per style for the frame."""
+        found = parts["guides"].get((style, hidden))
+        if found is None:
+            if self.show_guides and not hidden:
+                lines = self.LINES["default"]
+                if style.bold:
+                    lines = self.LINES["bold"]
+                elif style.underline2:
+                    lines = self.LINES["double"]
+            else:
+                lines = ("  ", "  ", "  ", "  ")
+            depth = max(0, self.guide_depth - 2)
+            found = parts["guides"][(style, hidden)] = tuple(
+                f"{chars[0]}{chars[1] * depth} " for chars in lines)
+        return found
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        tree_lines = self._tree_lines
+        width = self.size.width
+        if y >= len(tree_lines):
+            return Strip.blank(width, base_style)
+        line = tree_lines[y]
+        is_hover = self.hover_line >= 0 and any(node._hover for node in line.path)
+        cache_key = (y, is_hover, width, self._updates, self._pseudo_class_state,
+                     tuple(node._updates for node in line.path))
+        if cache_key in self._line_cache:
+            return self._line_cache[cache_key].crop(x1, x2)
+        parts = self._parts()
+        focus = parts["focus"]
+        hover = line.path[0]._hover
+        selected = line.path[0]._selected and focus
+        if is_hover:
+            line_style = self.get_component_rich_style("tree--highlight-line")
+        else:
+            line_style = base_style
+        line_style += Style(meta={"line": y})
+        guides = Text(style=line_style)
+        guide_style = parts["base"]
+        hidden = True
+        last = line.path[-1]
+        for node in line.path[1:]:
+            hidden = parts["base_hidden"]
+            if hover:
+                guide_style, hidden = parts["hover"], parts["hover_hidden"]
+            if selected:
+                guide_style, hidden = parts["selected"], parts["selected_hidden"]
+            space, vertical, _, _ = self._guides(parts, guide_style, hidden)
+            if node != last:
+                guides.append(space if node.is_last else vertical, style=guide_style)
+            hover = hover or node._hover
+            selected = (selected or node._selected) and focus
+        if len(line.path) > 1:
+            _, _, terminator, cross = self._guides(parts, guide_style, hidden)
+            guides.append(terminator if line.last else cross, style=guide_style)
+        label_style = self.get_component_rich_style("tree--label", partial=True)
+        if self.hover_line == y:
+            label_style += self.get_component_rich_style("tree--highlight", partial=True)
+        if self.cursor_line == y:
+            label_style += self.get_component_rich_style("tree--cursor", partial=False)
+        label = self.render_label(last, line_style, label_style).copy()
+        label.stylize(Style(meta={"node": line.node._id}))
+        guides.append(label)
+        segments = list(guides.render(self.app.console))
+        pad_width = max(self.virtual_size.width, width)
+        segments = line_pad(segments, 0, pad_width - guides.cell_len, line_style)
+        strip = self._line_cache[cache_key] = Strip(segments)
+        return strip.crop(x1, x2)
