@@ -6,6 +6,8 @@ the containers someone opens and keeps the labels' status glyphs in step with th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -49,6 +51,7 @@ class GraphPanel(LightTree[Row]):
         self._rows: dict[int, TreeNode[Row]] = {}
         self._containers: dict[Key, TreeNode[Row] | None] = {}
         self._loaded: set[Key] = set()
+        self._width: tuple[int, int] | None = None  # content width and scrollbar, in a batch
 
     # -- building -------------------------------------------------------------------------
 
@@ -82,7 +85,7 @@ class GraphPanel(LightTree[Row]):
         self._loaded.clear()
         n = len(view.graph.nodes)
         self.border_title = f"Graph · pass {view.number} · {n} node{'s' if n != 1 else ''}"
-        with self.batch():
+        with self.batch(), self._sized():
             self._load(TOP)
 
     def _load(self, key: Key) -> None:
@@ -173,13 +176,24 @@ class GraphPanel(LightTree[Row]):
     def _room(self, row: Row, indent: int) -> int:
         """The cells a row's label may take without running past the panel (a vertical
         scrollbar's room kept, as it may appear later); a lot when not laid out yet."""
-        width = self.content_region.width
+        if self._width is not None:  # inside a batch: the panel's size cannot change
+            width, scrollbar = self._width
+        else:
+            width, scrollbar = self.content_region.width, self.styles.scrollbar_size_vertical
         if not width:
             return 10**6
-        scrollbar = self.styles.scrollbar_size_vertical
         icon = 2 if row.key is not None else 0  # the fold icon of a row that opens
         # ``indent`` counts a level for the hidden root, which draws no guide
         return width - scrollbar - (indent - self.guide_depth) - icon
+
+    @contextmanager
+    def _sized(self) -> Iterator[None]:
+        """Rows labelled inside: the panel's width looked up once for all of them."""
+        self._width = (self.content_region.width, self.styles.scrollbar_size_vertical)
+        try:
+            yield
+        finally:
+            self._width = None
 
     def _indent(self, parent: TreeNode[Row] | None) -> int:
         """The cells of guides before a child of ``parent`` (the tree is shallow: cheap)."""
@@ -203,7 +217,7 @@ class GraphPanel(LightTree[Row]):
         """Open what hides the node's row and, by default, put the cursor on it."""
         if self.layout_ is None or node_id not in self.layout_.head:
             return
-        with self.batch():
+        with self.batch(), self._sized():
             for key in self.layout_.reveal(node_id):
                 self._load(key)
                 container = self._containers.get(key)
@@ -219,7 +233,7 @@ class GraphPanel(LightTree[Row]):
     def _expanded(self, event: Tree.NodeExpanded[Row]) -> None:
         row = event.node.data
         if row is not None and row.key is not None:
-            with self.batch():
+            with self.batch(), self._sized():
                 self._load(row.key)
 
     @on(Tree.NodeHighlighted)

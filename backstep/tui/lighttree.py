@@ -61,6 +61,13 @@ class LightTree(Tree[T]):
         self.root._reset()
         self.refresh()  # the rebuild sets virtual_size, which lays out when it changed
 
+    def process_label(self, label: str | Text) -> Text:
+        """``Tree.process_label`` (a label's first line) without its copy of a one-line
+        ``Text``: the tree only reads a label (it draws a copy), and a new one replaces it."""
+        if isinstance(label, Text) and "\n" not in label.plain:
+            return label
+        return super().process_label(label)
+
     def get_label_width(self, node: TreeNode[T]) -> int:
         label = node.label
         width = label.cell_len if isinstance(label, Text) else cell_len(str(label))

@@ -87,6 +87,9 @@ class NodeInfo(NamedTuple):
     saved_bytes: int | None = None
 
 
+_ID_TYPES = frozenset({int, type(None)})  # what a node's ``next`` holds, as written
+
+
 @dataclass(frozen=True)
 class SavedInfo:
     """One saved tensor or scalar of a node."""
@@ -219,24 +222,29 @@ class Graph:
     @classmethod
     def build(cls, raw_nodes: Any, roots: Any) -> Graph:
         nodes: dict[int, NodeInfo] = {}
-        # positional arguments and plain type checks: a pass change of a 2500-node graph
-        # builds this while the person waits for the key's answer
-        # (the parsed event is let go: its source dicts are wrapped, not copied)
+        # plain type checks and the tuple made directly (NodeInfo's own __new__ is Python): a
+        # pass change of a 2500-node graph builds this while the person waits for the key's
+        # answer (the parsed event is let go: its source dicts are wrapped, not copied)
+        make, ids = tuple.__new__, _ID_TYPES
         for raw in _tuple(raw_nodes):
             node_id = raw.get("id") if type(raw) is dict else None
             if type(node_id) is not int:
                 continue
             nxt = raw.get("next")
-            nexts = (tuple([n if type(n) is int else None for n in nxt]) if nxt else ()) \
-                if type(nxt) is list else ()
-            leaf, module, size = raw.get("leaf"), raw.get("module"), raw.get("saved_bytes")
-            source = raw.get("source")
-            nodes[node_id] = NodeInfo(
-                node_id, str(raw.get("name", "?")), nexts,
+            if type(nxt) is not list or not nxt:
+                nexts: tuple[int | None, ...] = ()
+            elif {*map(type, nxt)} <= ids:  # ints and nulls, as written
+                nexts = tuple(nxt)
+            else:
+                nexts = tuple([n if type(n) is int else None for n in nxt])
+            name, leaf, module = raw.get("name", "?"), raw.get("leaf"), raw.get("module")
+            size, source = raw.get("saved_bytes"), raw.get("source")
+            nodes[node_id] = make(NodeInfo, (
+                node_id, name if type(name) is str else str(name), nexts,
                 leaf if type(leaf) is str else None,
                 MappingProxyType(source) if type(source) is dict else None,
                 module if type(module) is str else None,
-                size if type(size) is int else None)
+                size if type(size) is int else None))
         parents: dict[int, list[int]] = {}
         for info in nodes.values():
             for child in info.next:
