@@ -218,7 +218,7 @@ class SessionModel:
             saved=_saved(ev.get("saved")),
             error=str(ev["error"]) if ev.get("error") else None,
         )
-        del log.executed[view.done:]  # forget anything a newer snapshot never published
+        log.truncate(view.done)  # forget anything a newer snapshot never published
         log.executed.append(node_id)
         log.records[node_id] = record
         return self._update(replace(view, done=len(log.executed)), running=True)
