@@ -9,6 +9,7 @@ import pytest
 
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
+from backstep.tui.format import GLYPHS
 from backstep.tui.graph import GraphPanel
 from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
 from tests.replay_traces import record
@@ -98,6 +99,38 @@ async def test_goto_a_pass_and_step(trace: Path) -> None:
             assert "pass 2/3" in status(app) and "step 4 of 6" in status(app)
             graph = app.query_one(GraphPanel)
             assert graph is not None
+
+
+def glyphs_match(app: ReplayApp) -> bool:
+    """Every row the graph has built shows its node's state at the snapshot shown."""
+    graph = app.query_one(GraphPanel)
+    view = app.snapshot.pass_
+    assert view is not None and graph._rows
+    return all(row.label.plain.startswith(GLYPHS[view.state(node, app.snapshot.current)][0])
+               for node, row in graph._rows.items())
+
+
+@pilot
+async def test_the_graph_steps_back_with_the_cursor(trace: Path) -> None:
+    """Back to an earlier step of the same pass in one move ([, C, g): the nodes that had run
+    and have not at that step show as pending again, as live showed them there."""
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await press(pilot, "n", "n", "n", "n")
+            assert app.snapshot.pass_.done == 4 and glyphs_match(app)
+            await press(pilot, "left_square_bracket")  # to the start of this pass
+            assert app.snapshot.pass_.number == 1 and app.snapshot.pass_.done == 0
+            assert glyphs_match(app)
+            app.replay.jump(1, 10**6)  # its end, then back into it
+            app._post()
+            await pilot.pause()
+            assert app.snapshot.pass_.ended and glyphs_match(app)
+            app.replay.jump(1, 3)
+            app._post()
+            await pilot.pause()
+            assert app.snapshot.pass_.done == 2 and glyphs_match(app)
 
 
 def test_parse_goto() -> None:

@@ -68,9 +68,14 @@ class GraphPanel(LightTree[Row]):
         if previous is None or previous.number != view.number or previous.graph is not view.graph:
             self._rebuild(view)
             return
-        changed: set[int] = set(view.executed()[previous.done :])
+        # the nodes run since the last snapshot, or, stepped back (a replay's [, C, g), those
+        # that had run and have not at this one
+        if view.done >= previous.done:
+            changed: set[int] = set(view.executed()[previous.done :])
+        else:
+            changed = set(previous.executed()[view.done :])
         changed.update(i for i in (old_current, self._current) if i is not None)
-        if view.ended and not previous.ended:
+        if view.ended != previous.ended:
             changed = set(self._rows)
         for node_id in changed:
             tree_node = self._rows.get(node_id)
