@@ -127,6 +127,22 @@ async def keys(app: ReplayApp, key: str, count: int, moved: Any,
     return samples
 
 
+async def jumps(app: ReplayApp, count: int) -> list[float]:
+    """g to a pass far from the cursor, back to back, as g does without its dialog: to the
+    last pass, a quarter in, the one before the last, the middle, and the last again (where
+    the cursor stays)."""
+    samples = []
+    for target in (count, 1 + count // 4, max(count - 1, 1), 1 + count // 2, count):
+        t0 = time.perf_counter()
+        app.replay.jump(target)
+        app._post()
+        await until(lambda target=target: app.snapshot.pass_ is not None
+                    and app.snapshot.pass_.number == target)
+        full_frame(app)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
 async def held(app: ReplayApp, key: str, presses: int, target: int) -> float:
     """A key held down: ``presses`` presses at the key-repeat rate (REPEAT per second), sent
     from another thread as Textual's terminal driver sends them, whatever the app is doing.
@@ -170,13 +186,7 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
         result["]"] = await keys(app, "right_square_bracket", passes, lambda: True)
         # a person reads a pass before the next ]: the app opens the next pass meanwhile
         result["]paced"] = await keys(app, "right_square_bracket", passes, lambda: True, PACE)
-        t0 = time.perf_counter()
-        app.replay.jump(count)  # as g does, without the dialog
-        app._post()
-        await until(lambda: app.snapshot.pass_ is not None
-                    and app.snapshot.pass_.number == count)
-        full_frame(app)
-        result["goto_last"] = time.perf_counter() - t0
+        result["goto"] = await jumps(app, count)
         result["n_late"] = await keys(app, "n", n_keys, lambda: True)
         t0 = time.perf_counter()
         app.replay.jump(count, 10**9)  # g N:99999: every node of the pass parsed and shown
@@ -259,7 +269,8 @@ def main() -> int:
          max(r["back_paced"]) * ms, 50.0),
         ("] held 1 s: last key -> drawn", r["]held"] * ms, None, None),
         ("leaves of every pass folded (bg)", r["folded"] * ms, None, None),
-        (f"go to pass {count} (last)", r["goto_last"] * ms, None, 50.0),
+        ("g to a far pass (5 jumps)", statistics.median(r["goto"]) * ms, max(r["goto"]) * ms,
+         50.0),
         ("n in the last pass", statistics.median(r["n_late"]) * ms, max(r["n_late"]) * ms, 50.0),
         ("go to the end of the last pass", r["pass_end"] * ms, None, None),
         ("p from there", statistics.median(r["p_end"]) * ms, max(r["p_end"]) * ms, 50.0),
