@@ -8,8 +8,9 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
 - first frame: from opening the file (index scan) to the first stop fully rendered;
 - keys: n (step), p (step back), ] and [ (next / previous pass: its graph, and the leaves
   carried from the passes before; its other lines are parsed as the cursor reaches them), g to
-  the last pass (its leaves were folded in the background after indexing: the "folded" row) and
-  to the end of a pass (every node of it parsed), each to panels updated; and ] held down for
+  a far pass (5 jumps back to back: the last pass, a quarter in, ...; every pass's leaves were
+  folded in the background after indexing: the "folded" row) and to the end of a pass (every
+  node of it parsed), each to panels updated; and ] held down for
   a second (30 presses sent from another thread, as a terminal's key repeat): the lag from the
   last press to its pass drawn;
 - memory: peak traced Python memory while doing all that, and the same for a trace of tiny
@@ -19,13 +20,18 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
     python benchmarks/bench_replay.py [--size-mb 1024] [--nodes 2500] [--keys 30]
 
 Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
-median; memory <= 2x one pass. Measured 2026-11-23 on the idle 2-core machine, 1 GB: first
-frame 907 ms; n 41, p 33; ] 67 back to back and 33 paced, [ 72 and 56; ] held 1 s drawn 188 ms
-after the last press (was ~760 before keys were coalesced); g to pass 548 88 ms; every pass
-folded 18 s after opening; memory due to the trace 1.49x one parsed pass (raw peak 2.07x).
-Back to back, ] parses the next pass's node table (~5 ms for 2,500 nodes), builds its graph
-(~4 ms) and layout (~3 ms), and redraws every panel (the graph's rows ~10 ms) while the key
-waits; with a moment between keys the pass was opened ahead and only the drawing is left.
+median; memory <= 2x one pass. Measured 2026-11-23 on the 2-core machine while another
+engineer's CPU benchmarks ran (ranges over 6 runs, the quietest run's in brackets), 1 GB: first
+frame 0.53-0.75 s; n 27-45, p 28-41; ] 42-68 (42) back to back and 23-41 paced, [ 38-53 (38)
+and 23-44; ] held 1 s drawn 37-70 ms after the last press; g to a far pass 34-74 (34); every
+pass folded 16-20 s after opening; memory due to the trace 1.55-1.66x one parsed pass (raw peak
+2.21-2.33x). Before (idle machine, same day): ] 67 and [ 72 back to back, [ 56 paced, g to the
+last pass 88 (one jump), ] held 188. Back to back, ] and [ parse the new pass's node table and
+build its graph (~10 ms for 2,500 nodes), lay it out (~4 ms), and redraw every panel (~20 ms,
+the graph's rows ~7) while the key waits; the leaves carried into a pass are remembered for
+each pass (``tui/carry.py``), and a pass's lines are found only as far as the cursor goes
+(opening one finds its first node line). With a moment between keys the pass was opened ahead
+and only the drawing is left.
 """
 
 from __future__ import annotations
