@@ -94,3 +94,33 @@ def test_ui_on_a_10000_node_graph_builds_few_rows() -> None:
     deep = min(n["id"] for n in event["nodes"] if n["name"] == "ReluBackward0")
     lines, _ = run_app_on(event, deep)
     assert lines < 1500
+
+
+def test_rows_added_in_a_batch_invalidate_the_tree_once() -> None:
+    """A pass change adds a hundred rows in one batch: the tree is invalidated once, at its
+    end, and then lists every row, in order, as if each add had invalidated it."""
+    event = transformer_pass(600)
+    link = RecordingLink([event, stop_at(event, event["roots"][0])], stop=1)
+    app = BackstepApp(link)
+    seen: dict[str, object] = {}
+
+    async def go() -> None:
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            graph = app.query_one(GraphPanel)
+            calls: list[int] = []
+            real = graph._invalidate
+            graph._invalidate = lambda: calls.append(1) or real()  # type: ignore[method-assign]
+            before = len(graph._tree_lines)
+            with graph.batch():
+                for i in range(100):
+                    graph.root.add_leaf(f"row {i}")
+                assert len(calls) == 100 and len(graph._tree_lines) == before  # held back
+            seen["calls"] = len(calls)
+            seen["more"] = len(graph._tree_lines) - before
+            seen["tail"] = [str(line.node.label) for line in graph._tree_lines[-100:]]
+
+    asyncio.run(go())
+    assert seen["calls"] == 101  # the hundred held back, and the one at the end
+    assert seen["more"] == 100
+    assert seen["tail"] == [f"row {i}" for i in range(100)]
