@@ -15,6 +15,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from backstep.tui.pass_log import PassLog
 from backstep.tui.snapshot import (
     SEVERITIES,
     Accumulation,
@@ -24,7 +25,6 @@ from backstep.tui.snapshot import (
     LeafNorms,
     LivePass,
     NodeRecord,
-    PassLog,
     PassView,
     Related,
     SavedInfo,

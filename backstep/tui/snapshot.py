@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from backstep.tui.pass_log import PassLog
+
 NodeState = Literal["done", "current", "pending", "skipped", "error"]
 SEVERITIES = ("error", "warning", "info")
 Summary = Mapping[str, Any]
@@ -270,41 +272,6 @@ class Graph:
         if info is None:
             return []
         return [n for n in info.next if n is not None and n in self.nodes]
-
-
-class PassLog:
-    """Append-only per-pass data; snapshots see a prefix of it."""
-
-    def __init__(self) -> None:
-        self.records: dict[int, NodeRecord] = {}
-        self.executed: list[int] = []
-        self.accumulations: list[Accumulation] = []
-        # running totals over ``executed``: bytes its records saved, and the saved_bytes the
-        # graph gave those nodes (the saved panel asks at every step: a sum over the whole
-        # pass each time was 5 ms at the end of a 2,500-node pass)
-        self._saved = [0]
-        self._listed = [0]
-        self._listed_total: int | None = None
-
-    def truncate(self, done: int) -> None:
-        """Forget the records past the first ``done`` (a newer snapshot never published)."""
-        del self.executed[done:]
-        del self._saved[done + 1:]
-        del self._listed[done + 1:]
-
-    def saved_upto(self, done: int, graph: Graph) -> tuple[int, int, int]:
-        """Bytes saved by the first ``done`` records, the saved_bytes ``graph`` lists for
-        those nodes, and for all its nodes."""
-        saved, listed, records, executed = self._saved, self._listed, self.records, self.executed
-        nodes = graph.nodes
-        for i in range(len(saved) - 1, done):
-            node_id = executed[i]
-            saved.append(saved[-1] + sum(s.bytes for s in records[node_id].saved))
-            info = nodes.get(node_id)
-            listed.append(listed[-1] + (info.saved_bytes or 0 if info is not None else 0))
-        if self._listed_total is None:
-            self._listed_total = sum(info.saved_bytes or 0 for info in nodes.values())
-        return saved[done], listed[done], self._listed_total
 
 
 @dataclass(frozen=True)
