@@ -20,18 +20,19 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
     python benchmarks/bench_replay.py [--size-mb 1024] [--nodes 2500] [--keys 30]
 
 Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
-median; memory <= 2x one pass. Measured 2026-11-23 on the 2-core machine while another
-engineer's CPU benchmarks ran (ranges over 6 runs, the quietest run's in brackets), 1 GB: first
-frame 0.53-0.75 s; n 27-45, p 28-41; ] 42-68 (42) back to back and 23-41 paced, [ 38-53 (38)
-and 23-44; ] held 1 s drawn 37-70 ms after the last press; g to a far pass 34-74 (34); every
-pass folded 16-20 s after opening; memory due to the trace 1.55-1.66x one parsed pass (raw peak
-2.21-2.33x). Before (idle machine, same day): ] 67 and [ 72 back to back, [ 56 paced, g to the
-last pass 88 (one jump), ] held 188. Back to back, ] and [ parse the new pass's node table and
-build its graph (~10 ms for 2,500 nodes), lay it out (~4 ms), and redraw every panel (~20 ms,
-the graph's rows ~7) while the key waits; the leaves carried into a pass are remembered for
-each pass (``tui/carry.py``), and a pass's lines are found only as far as the cursor goes
-(opening one finds its first node line). With a moment between keys the pass was opened ahead
-and only the drawing is left.
+median; memory <= 2x one pass. The app is polled every half millisecond (``ui_wait.py``), not
+spun on: a loop of ``asyncio.sleep(0)`` measured its own checks into every key (4-6 ms of a pass
+switch). Measured 2026-11-23 on the idle 2-core machine, 1 GB, two runs: first frame 0.47 /
+0.78 s; n 28-29, p 27-29; ] 40 / 40 back to back and 26 / 28 paced, [ 38 / 50.1 and 23 / 30;
+] held 1 s drawn 37-40 ms after the last press; g to a far pass 42 / 45; every pass folded
+16-18 s after opening; memory due to the trace 1.55x one parsed pass (raw peak 2.21x). Before
+this round (spun on, idle): ] 67 and [ 72 back to back, [ 56 paced, g to the last pass 88 (one
+jump), ] held 188. Back to back, ] and [ parse the new pass's node table and build its graph
+(~10 ms for 2,500 nodes), lay it out (~4 ms), and redraw every panel (~20 ms, the graph's rows
+~6) while the key waits; a key a garbage collection lands on takes 55-120 ms. The leaves
+carried into a pass are remembered for each pass (``tui/carry.py``), and a pass's lines are
+found only as far as the cursor goes (opening one finds its first node line). With a moment
+between keys the pass was opened ahead and only the drawing is left.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from textual import events  # noqa: E402
+from ui_wait import until  # noqa: E402
 
 from backstep.traces.index import TraceIndex  # noqa: E402
 from backstep.tui.replay_app import ReplayApp  # noqa: E402
@@ -102,14 +104,6 @@ def write_trace(path: Path, size_mb: int, nodes: int) -> tuple[int, int]:
             out.write(template.replace(MARK.encode(), str(count).encode()))
         out.write(b'{"event":"exit","code":0,"traceback":null}\n')
     return count, len(template)
-
-
-async def until(ready: Any, timeout: float = 120.0) -> None:
-    end = time.perf_counter() + timeout
-    while not ready():
-        if time.perf_counter() > end:
-            raise TimeoutError("the UI never caught up")
-        await asyncio.sleep(0)
 
 
 def full_frame(app: ReplayApp) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from textual import events  # noqa: E402
+from ui_wait import until  # noqa: E402
 
 from backstep.tui.app import BackstepApp  # noqa: E402
 from backstep.tui.graph import GraphPanel  # noqa: E402
@@ -81,15 +82,6 @@ class InstantLink:
 
     def returncode(self) -> int | None:
         return 0
-
-
-async def until(ready: Any, timeout: float = 30.0) -> None:
-    """Yield to the app's event loop until ``ready()``; no fixed sleeps in the measurement."""
-    end = time.perf_counter() + timeout
-    while not ready():
-        if time.perf_counter() > end:
-            raise TimeoutError("the UI never caught up")
-        await asyncio.sleep(0)
 
 
 def press(app: BackstepApp, key: str) -> None:
