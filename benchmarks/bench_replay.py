@@ -22,9 +22,9 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
 Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
 median; memory <= 2x one pass. The app is polled every half millisecond (``ui_wait.py``), not
 spun on: a loop of ``asyncio.sleep(0)`` measured its own checks into every key (4-6 ms of a pass
-switch). Measured 2026-11-23 on the idle 2-core machine, 1 GB, two runs: first frame 0.47 /
-0.78 s; n 28-29, p 27-29; ] 40 / 40 back to back and 26 / 28 paced, [ 38 / 50.1 and 23 / 30;
-] held 1 s drawn 37-40 ms after the last press; g to a far pass 42 / 45; every pass folded
+switch). Measured 2026-11-23 on the idle 2-core machine, 1 GB, four runs: first frame
+0.47-0.78 s; n 25-30, p 27-36; ] 40, 40, 38, 73 back to back and 25-35 paced, [ 38, 50.1, 40,
+48 and 23-33; ] held 1 s drawn 37-40 ms after the last press; g to a far pass 40-45; every pass folded
 16-18 s after opening; memory due to the trace 1.55x one parsed pass (raw peak 2.21x). Before
 this round (spun on, idle): ] 67 and [ 72 back to back, [ 56 paced, g to the last pass 88 (one
 jump), ] held 188. Back to back, ] and [ parse the new pass's node table and build its graph
