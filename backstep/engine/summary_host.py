@@ -213,6 +213,8 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
 
 
 _SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
+# the rest of a finite summary's text after its dtype and device, as json.dumps writes it
+_TAIL = '"min":{!r},"max":{!r},"mean":{!r},"norm":{!r},"nonfinite":0'
 
 
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
@@ -244,8 +246,8 @@ def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float
     if head is None:
         tails: Any = [None] * count
     else:
-        tails = [f'{head}"min":{x!r},"max":{y!r},"mean":{m!r},"norm":{z!r},"nonfinite":0'
-                 for x, y, m, z in zip(a, b, means, c, strict=True)]
+        tail = _TAIL.format
+        tails = [head + tail(x, y, m, z) for x, y, m, z in zip(a, b, means, c, strict=True)]
     return list(zip(a, b, means, c, tails, strict=True))
 
 
@@ -263,8 +265,7 @@ def _block(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]
     mean_format = _MEAN_FORMAT.get(dtype)
     if mean_format is not None:
         mean = float(mean_format % mean)
-    tail = f'"min":{a!r},"max":{b!r},"mean":{mean!r},"norm":{c!r},"nonfinite":0'
-    return (a, b, mean, c, None if head is None else head + tail)
+    return (a, b, mean, c, None if head is None else head + _TAIL.format(a, b, mean, c))
 
 
 def memory_key(t: torch.Tensor) -> tuple | None:

@@ -90,7 +90,7 @@ class GraphPanel(LightTree[Row]):
         self._loaded.clear()
         n = len(view.graph.nodes)
         self.border_title = f"Graph · pass {view.number} · {n} node{'s' if n != 1 else ''}"
-        with self.batch(), self._sized():
+        with self._adding():
             self._load(TOP)
 
     def _load(self, key: Key) -> None:
@@ -192,11 +192,13 @@ class GraphPanel(LightTree[Row]):
         return width - scrollbar - (indent - self.guide_depth) - icon
 
     @contextmanager
-    def _sized(self) -> Iterator[None]:
-        """Rows labelled inside: the panel's width looked up once for all of them."""
+    def _adding(self) -> Iterator[None]:
+        """Rows added and opened inside: one invalidation at the end (``batch``), and the
+        panel's width looked up once for all their labels."""
         self._width = (self.content_region.width, self.styles.scrollbar_size_vertical)
         try:
-            yield
+            with self.batch():
+                yield
         finally:
             self._width = None
 
@@ -222,7 +224,7 @@ class GraphPanel(LightTree[Row]):
         """Open what hides the node's row and, by default, put the cursor on it."""
         if self.layout_ is None or node_id not in self.layout_.head:
             return
-        with self.batch(), self._sized():
+        with self._adding():
             for key in self.layout_.reveal(node_id):
                 self._load(key)
                 container = self._containers.get(key)
@@ -238,7 +240,7 @@ class GraphPanel(LightTree[Row]):
     def _expanded(self, event: Tree.NodeExpanded[Row]) -> None:
         row = event.node.data
         if row is not None and row.key is not None:
-            with self.batch(), self._sized():
+            with self._adding():
                 self._load(row.key)
 
     @on(Tree.NodeHighlighted)
