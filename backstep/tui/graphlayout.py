@@ -50,14 +50,18 @@ class GraphLayout:
         self.owned: dict[int, list[int]] = {}
         self.links: dict[int, list[int]] = {}
         self.tops: list[int] = []
+        self._order: list[int] = []  # the walk's order, parents first
         self._span()
         self._paths()
 
     def _span(self) -> None:
-        """Iterative depth-first walk: first parent to reach a node owns it."""
+        """Iterative depth-first walk: first parent to reach a node owns it. Records the walk's
+        order (parents before their children) for ``_paths``; a node that owns no children has
+        no entry in ``owned`` (about half of a graph: the AccumulateGrad leaves)."""
         graph = self.graph
         nodes, owner, owned, links = graph.nodes, self.owner, self.owned, self.links
-        starts = list(graph.roots) + [n for n in graph.order if n not in graph.parents]
+        order = self._order
+        starts = list(graph.roots) + [n for n in graph.order if n not in graph.reached]
         starts += list(graph.order)  # anything unreachable from a root (cycles cannot occur)
         for start in starts:
             if start in owner:
@@ -67,38 +71,32 @@ class GraphLayout:
             stack = [start]
             while stack:
                 node = stack.pop()
+                order.append(node)
                 kids: list[int] = []
-                owned[node] = kids
-                for child in nodes[node].next:  # graph.children, inlined: known ids only
-                    if child is None or child not in nodes:
-                        continue
-                    if child in owner or child == node:
+                for child in nodes[node].next:  # known ids only (owner holds no other)
+                    if child in owner:  # reached before (the node itself included): a link
                         linked = links.setdefault(node, [])
                         if child not in kids and child not in linked:
                             linked.append(child)
-                        continue
-                    owner[child] = node
-                    kids.append(child)
-                # push in reverse so the first next_function is walked first
-                stack.extend(reversed(kids))
+                    elif child in nodes:  # not None, nor an id the table lacks
+                        owner[child] = node
+                        kids.append(child)
+                if kids:
+                    owned[node] = kids
+                    # push in reverse so the first next_function is walked first
+                    stack.extend(reversed(kids))
 
     def _paths(self) -> None:
-        """Subtree sizes (post-order, iterative), heavy children, and the path of each node."""
+        """Subtree sizes (children before parents: the walk's order reversed), heavy children,
+        and the path of each node."""
         size: dict[int, int] = {}
-        order: list[int] = []
-        for top in self.tops:
-            stack = [top]
-            while stack:
-                node = stack.pop()
-                order.append(node)
-                stack.extend(self.owned.get(node, ()))
+        order = self._order
         owned = self.owned
-        heavy: dict[int, int | None] = {}
+        heavy: dict[int, int | None] = dict.fromkeys(order)
         for node in reversed(order):  # children before parents: sizes, then the heaviest child
             kids = owned.get(node)
-            if not kids:
+            if kids is None:
                 size[node] = 1
-                heavy[node] = None
                 continue
             total, best, most = 1, None, -1
             for child in kids:
@@ -127,6 +125,7 @@ class GraphLayout:
                 head[member] = node
                 position[member] = i
         self.head, self.position, self.paths = head, position, paths
+        self._order = []  # only the two passes above need it
 
     def light(self, node: int) -> list[int]:
         """The children that start paths of their own, nested under ``node``."""

@@ -12,6 +12,7 @@ import math
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
@@ -219,7 +220,7 @@ class Graph:
     nodes: Mapping[int, NodeInfo]
     order: tuple[int, ...]
     roots: tuple[int, ...]
-    parents: Mapping[int, tuple[int, ...]]
+    reached: frozenset[int]  # the ids some node's gradients flow to (those with a parent)
 
     @classmethod
     def build(cls, raw_nodes: Any, roots: Any) -> Graph:
@@ -227,15 +228,19 @@ class Graph:
         # plain type checks and the tuple made directly (NodeInfo's own __new__ is Python): a
         # pass change of a 2500-node graph builds this while the person waits for the key's
         # answer (the parsed event is let go: its source dicts are wrapped, not copied)
-        make, ids = tuple.__new__, _ID_TYPES
-        for raw in _tuple(raw_nodes):
-            node_id = raw.get("id") if type(raw) is dict else None
+        make = tuple.__new__
+        raws = [raw for raw in _tuple(raw_nodes) if type(raw) is dict]
+        lists = [raw.get("next") for raw in raws]
+        # the next lists hold ids and nulls, as written: checked all at once, not node by node
+        written = {*map(type, chain.from_iterable(
+            [nxt for nxt in lists if type(nxt) is list]))} <= _ID_TYPES
+        for raw, nxt in zip(raws, lists, strict=True):
+            node_id = raw.get("id")
             if type(node_id) is not int:
                 continue
-            nxt = raw.get("next")
             if type(nxt) is not list or not nxt:
                 nexts: tuple[int | None, ...] = ()
-            elif {*map(type, nxt)} <= ids:  # ints and nulls, as written
+            elif written:
                 nexts = tuple(nxt)
             else:
                 nexts = tuple([n if type(n) is int else None for n in nxt])
@@ -247,24 +252,12 @@ class Graph:
                 MappingProxyType(source) if type(source) is dict else None,
                 module if type(module) is str else None,
                 size if type(size) is int else None))
-        parents: dict[int, list[int]] = {}
-        for info in nodes.values():
-            for child in info.next:
-                if child is not None and child in nodes:
-                    found = parents.get(child)
-                    if found is None:
-                        parents[child] = [info.id]
-                    else:
-                        found.append(info.id)
+        reached = frozenset(chain.from_iterable(info.next for info in nodes.values()))
         root_ids = tuple(r for r in _tuple(roots) if isinstance(r, int) and r in nodes)
         if not root_ids:
-            root_ids = tuple(i for i in nodes if i not in parents)[:1] or tuple(nodes)[:1]
-        return cls(
-            nodes=MappingProxyType(nodes),
-            order=tuple(nodes),
-            roots=root_ids,
-            parents=MappingProxyType({k: tuple(v) for k, v in parents.items()}),
-        )
+            root_ids = tuple(i for i in nodes if i not in reached)[:1] or tuple(nodes)[:1]
+        return cls(nodes=MappingProxyType(nodes), order=tuple(nodes), roots=root_ids,
+                   reached=reached)
 
     def children(self, node_id: int) -> list[int]:
         """The ids a node's gradients flow to, in ``next_functions`` order, known ids only."""
