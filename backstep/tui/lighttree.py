@@ -175,11 +175,13 @@ class LightTree(Tree[T]):
             label_style += self.get_component_rich_style("tree--highlight", partial=True)
         if self.cursor_line == y:
             label_style += self.get_component_rich_style("tree--cursor", partial=False)
-        label = self.render_label(last, line_style, label_style).copy()
+        label = self.render_label(last, line_style, label_style)  # a new Text: no copy
         label.stylize(Style(meta={"node": line.node._id}))
         guides.append(label)
         segments = list(guides.render(self.app.console))
         pad_width = max(self.virtual_size.width, width)
-        segments = line_pad(segments, 0, pad_width - guides.cell_len, line_style)
-        strip = self._line_cache[cache_key] = Strip(segments)
+        cells = guides.cell_len
+        segments = line_pad(segments, 0, pad_width - cells, line_style)
+        # the strip's width given, not summed segment by segment again by the crop
+        strip = self._line_cache[cache_key] = Strip(segments, max(pad_width, cells))
         return strip.crop(x1, x2)
