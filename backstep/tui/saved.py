@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
+import math
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -27,6 +27,80 @@ def status_text(item: SavedInfo, released: bool = False) -> Text:
     return text
 
 
+HEADERS = (("name", False), ("tensor", False), ("bytes", True), ("status", False))
+NAME_MIN = 6  # the name column's least width, while the panel has the room
+
+
+def spread(total: int, widths: list[int]) -> list[int]:
+    """``total`` spare cells shared out in proportion to ``widths`` (rounded up, in order), as
+    rich shares them out over an expanded table's columns."""
+    left, out = sum(widths), []
+    for width in widths:
+        share = math.ceil(width * total / left) if left > 0 else total
+        out.append(share)
+        left -= width
+        total -= share
+    return out
+
+
+def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
+    """One line a saved tensor under a header: name, shape and dtype, bytes, status, each column
+    padded a cell either side and spread over ``width`` as rich's expanded ``Table`` does,
+    drawn as text (a ``Table`` measured and laid out its cells again on every frame: 2 ms of a
+    35 ms pass change). The shape, bytes and status are what the panel is for: they keep their
+    width (one cell short, the last column's right pad goes at the panel's edge). A long name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0),
+    and on a narrow panel the dtype goes before a name is cut below 8 cells."""
+    statuses = [status_text(item, released) for item in saved]
+    sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
+             for item in saved]
+    fixed = max(len(b) for b in [*sizes, "bytes"]) + \
+        max(s.cell_len for s in [*statuses, Text("status")]) + 2 * len(HEADERS) - 1
+    names = max(len(item.name) for item in saved)
+    for dtype in (True, False):
+        cells = [("scalar" if item.shape is None and item.dtype is None
+                  else shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else ""))
+                 for item in saved]
+        room = width - fixed - max(len(c) for c in [*cells, "tensor"]) if width else names
+        if room >= min(names, 8):
+            break
+    room = max(room, 4)
+    rows = [(cut_middle(item.name, room), cell, size, status)
+            for item, cell, size, status in zip(saved, cells, sizes, statuses, strict=True)]
+    content = [max(len(r[0]) for r in rows), max(len(r[1]) for r in rows),
+               max(len(r[2]) for r in rows), max(r[3].cell_len for r in rows)]
+    content = [max(c, len(title)) for c, (title, _) in zip(content, HEADERS, strict=True)]
+    content[0] = max(content[0], min(NAME_MIN, room))
+    widths = [c + 2 for c in content]
+    edge = " "  # the last column's right pad: the first cell to go at the panel's edge
+    if width and sum(widths) < width:
+        widths = [w + extra for w, extra in
+                  zip(widths, spread(width - sum(widths), widths), strict=True)]
+    elif width and sum(widths) > width:
+        edge = ""
+    inner = [w - 2 for w in widths]
+    lines = [Text()]
+    for (title, right), cells in zip(HEADERS, inner, strict=True):
+        lines[0].append(f" {title.rjust(cells) if right else title.ljust(cells)} ",
+                        style="bold dim")
+    if not edge:
+        lines[0].right_crop(1)
+    for name, cell, size, status in rows:
+        line = Text()
+        line.append(f" {name.ljust(inner[0])} ", style="bold")
+        line.append(f" {cell.ljust(inner[1])} ")
+        line.append(f" {size.rjust(inner[2])} ")
+        line.append(" ")
+        status = status.copy()
+        status.pad_right(inner[3] - status.cell_len)  # in the status's own style
+        line.append_text(status)
+        line.append(edge)
+        lines.append(line)
+    if width:  # too narrow for even the cut names: cut at the edge, never wrapped
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)
+
+
 class SavedPanel(Static):
     """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place."""
 
@@ -47,7 +121,7 @@ class SavedPanel(Static):
     def show(self, focus: Focus) -> None:
         self._focus = focus
         self._width = self.content_region.width
-        parts: list[Table | Text] = []
+        parts: list[Text] = []
         shape: list[object] = []
         saved = focus.saved
         view = focus.snapshot.pass_
@@ -60,41 +134,8 @@ class SavedPanel(Static):
         elif not saved:
             parts.append(Text("this node saved nothing", style="dim"))
         else:
-            # the shape, bytes and status are what the panel is for: they keep their width; a
-            # long name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0),
-            # and on a narrow panel the dtype goes before the name is cut below 8 cells
-            statuses = [status_text(item, released) for item in saved]
-            sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
-                     for item in saved]
-            fixed = max(len(b) for b in [*sizes, "bytes"]) + \
-                max(s.cell_len for s in [*statuses, Text("status")]) + 7  # the gaps, a cell at the left
-            width = self.content_region.width
-            names = max(len(item.name) for item in saved)
-            for dtype in (True, False):
-                cells = [("scalar" if item.shape is None and item.dtype is None
-                          else shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else ""))
-                         for item in saved]
-                room = width - fixed - max(len(c) for c in [*cells, "tensor"]) if width else names
-                if room >= min(names, 8):
-                    break
-            room = max(room, 4)
-            table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-            table.add_column("name", style="bold", no_wrap=True, header_style="dim", min_width=6,
-                             overflow="ellipsis")
-            table.add_column("tensor", no_wrap=True, header_style="dim",
-                             min_width=max(len(c) for c in cells))
-            # (no minimum widths while the table fits with room to spare: rich shares the room
-            # out the same; near the edge it would cut the status column first)
-            tight = bool(width) and room < names + 4
-            table.add_column("bytes", no_wrap=True, header_style="dim", justify="right",
-                             min_width=max(len(b) for b in [*sizes, "bytes"]) if tight else None)
-            table.add_column("status", no_wrap=True, header_style="dim",
-                             min_width=max(s.cell_len for s in [*statuses, Text("status")])
-                             if tight else None)
-            for item, tensor, size, status in zip(saved, cells, sizes, statuses, strict=True):
-                table.add_row(cut_middle(item.name, room), tensor, size, status)
-            parts.append(table)
-            shape.append(("rows", len(saved)))  # one line a row (no_wrap), and the header
+            parts.append(saved_table(saved, released, self.content_region.width))
+            shape.append(("rows", len(saved)))  # one line a row (cut, never wrapped), a header
         if view is not None:
             held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
@@ -106,5 +147,5 @@ class SavedPanel(Static):
             shape.append(("footer", len(line.plain)))  # it wraps when longer than the panel
         if parts and isinstance(parts[0], Text):  # a message instead of the table
             shape.append(("message", parts[0].plain))
-        self.update(Group(*parts), layout=tuple(shape) != self._shape)
+        self.update(Text("\n").join(parts), layout=tuple(shape) != self._shape)
         self._shape = tuple(shape)

@@ -1,0 +1,80 @@
+"""The saved-tensors table, laid out by hand: every line fits the panel, the columns line up
+under their headers, the status is never cut while the names can give way, and the spare room is
+shared out as rich's expanded Table shared it (the snapshot tests hold its look cell for cell)."""
+
+from __future__ import annotations
+
+import random
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from backstep.tui.format import nbytes, shape_text
+from backstep.tui.saved import saved_table, spread
+from backstep.tui.snapshot import SavedInfo
+
+BIG = SavedInfo("self", "alive", (8, 1024, 768), "float32", 25165824, 0, 0)
+MAT = SavedInfo("mat2", "alive", (768, 768), "float32", 2359296)
+
+
+def lines(table: Text) -> list[str]:
+    return table.plain.split("\n")
+
+
+def test_status_kept_whole_where_the_dtype_can_go() -> None:
+    # a GPT-2 block's matmul in a 46-cell panel: rich's table cut "alive" to "aliv"; now the
+    # dtype goes first, and every column is whole
+    out = lines(saved_table([BIG, MAT], False, 46))
+    assert [len(line) for line in out] == [46] * 3
+    assert out[0].split() == ["name", "tensor", "bytes", "status"]
+    assert out[1].split() == ["self", "[8,", "1024,", "768]", "24.0", "MiB", "alive"]
+    assert "float32" not in out[1]
+    wide = lines(saved_table([BIG, MAT], False, 60))
+    assert "float32" in wide[1] and wide[1].rstrip().endswith("alive")
+
+
+def test_columns_line_up_under_their_headers() -> None:
+    out = lines(saved_table([BIG, MAT], True, 70))
+    head = out[0]
+    for line in out[1:]:
+        assert line[head.index("tensor")] == "["  # left-aligned under its header
+        end = head.index("bytes") + len("bytes")
+        assert line[end - 3 : end] == "MiB"  # bytes right-aligned to its header's end
+        assert line[head.index("status") :].strip() == "freed"  # released after the node ran
+
+
+def test_every_line_fits_and_the_status_survives_where_names_can_be_cut() -> None:
+    rnd = random.Random(7)
+    names = ["self", "other", "mat1_sym_sizes_0", "weight_with_a_long_name_indeed", "x"]
+    for _ in range(500):
+        saved = [SavedInfo(rnd.choice(names), rnd.choice(["alive", "freed", "modified"]),
+                           tuple(rnd.choice([1, 3, 768, 1024]) for _ in range(rnd.randint(0, 3))),
+                           rnd.choice(["float32", "bfloat16"]), rnd.randint(0, 10**9))
+                 for _ in range(rnd.randint(1, 4))]
+        width = rnd.randint(40, 120)
+        out = lines(saved_table(saved, False, width))
+        assert all(len(line) <= width for line in out)
+        # the least a whole row needs: names cut to 4 cells, no dtype, two cells a column
+        # (the tensor and bytes headers are never the widest here)
+        least = 8 + 4 + max(len(shape_text(i.shape)) for i in saved) + \
+            max(len(nbytes(i.bytes)) for i in saved) + max(len("status"), *(
+                len(i.status) for i in saved))
+        if width >= max(least, 40):
+            for item, line in zip(saved, out[1:], strict=True):
+                assert line.rstrip().endswith(item.status), (width, line)
+
+
+def test_spare_room_is_shared_as_rich_shares_it() -> None:
+    rnd = random.Random(11)
+    for _ in range(300):
+        widths = [rnd.randint(3, 30) for _ in range(4)]
+        width = sum(widths) + rnd.randint(0, 60)
+        table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
+        for w in widths:
+            table.add_column(no_wrap=True, min_width=w - 2, max_width=w - 2)
+        console = Console(width=width)
+        got = table._calculate_column_widths(console, console.options)  # noqa: SLF001
+        mine = [w + extra for w, extra in zip(widths, spread(width - sum(widths), widths),
+                                              strict=True)]
+        assert got == mine
