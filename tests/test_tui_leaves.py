@@ -1,15 +1,21 @@
 """The Leaves panel fits its width: numbers keep theirs, the bar narrows then goes, names are cut
-only from the left (the tail says which parameter), and a resize re-cuts the rows it keeps."""
+only from the left (the tail says which parameter), and a resize re-cuts the rows it keeps; a
+pass change rewrites the rows near view, a scroll the rest."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
-from backstep.tui.leaves import COLUMNS, LeavesPanel, column_widths, name_label
+from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, name_label
+from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink, summary, transformer_pass
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 
@@ -36,7 +42,7 @@ def test_name_label_cuts_from_the_left_and_drops_the_retain_grad_tag_when_short(
 
 def shown_names(app: BackstepApp) -> list[str]:
     panel = app.query_one(LeavesPanel)
-    return [panel.get_row_at(i)[0].plain.strip() for i in range(panel.row_count)]
+    return [panel.row_cells(i)[0].plain.strip() for i in range(panel.row_count)]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (110, 32), (140, 42), (170, 48)],
@@ -78,3 +84,58 @@ async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
         await pilot.resize_terminal(170, 48)
         await pilot.pause()
         assert shown_names(app) == wide
+
+
+def norms_trace(path: Path, passes: int, nodes: int) -> None:
+    """Passes of one residual network whose every weight gets a new gradient norm each pass."""
+    lines: list[dict[str, object]] = [
+        {"event": "session", "version": 1, "torch": "test", "argv": ["t"], "pid": 1}]
+    for number in range(1, passes + 1):
+        begin = transformer_pass(nodes, number=number)
+        lines.append(begin)
+        for step, node in enumerate(begin["nodes"], start=1):
+            lines.append({"event": "node", "pass": number, "step": step, "id": node["id"],
+                          "name": node["name"], "grad_outputs": [], "grad_inputs": [],
+                          "saved": [], "error": None})
+            if node["leaf"]:
+                norm = float(number * 1000 + step)
+                lines.append({"event": "accumulate", "pass": number, "leaf": node["leaf"],
+                              "id": node["id"], "before": None,
+                              "after": summary([norm, 0.0], [2]), "retained": False})
+        lines.append({"event": "pass_end", "pass": number, "status": "ok", "error": None,
+                      "skipped": []})
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+@pilot
+async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
+        tmp_path: Path) -> None:
+    trace = tmp_path / "norms.jsonl"
+    norms_trace(trace, passes=3, nodes=1500)  # 300 weights
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(LeavesPanel)
+            rows = panel.row_count
+            assert rows > 250
+            rewritten: list[int] = []
+            update = panel.update_cell
+
+            def counted(row_key, column_key, value, **kwargs):  # type: ignore[no-untyped-def]
+                rewritten.append(1)
+                return update(row_key, column_key, value, **kwargs)
+
+            panel.update_cell = counted  # type: ignore[method-assign]
+            await pilot.press("right_square_bracket")  # every weight's carried norm moves
+            await pilot.pause()
+            assert 0 < len(rewritten) <= 3 * panel.size.height * len(COLUMNS)
+            last = rows - 1
+            stale = panel.get_row_at(last)[-1].plain  # not near view: pass 1's bar still
+            panel.scroll_end(animate=False)
+            await pilot.pause()
+            fresh = panel.get_row_at(last)[-1].plain  # the scroll brought it up to date
+            snapshot = app.snapshot
+            name = panel._rows[last]
+            made = panel._cells(name, None, snapshot, Scale(dict(snapshot.leaf_norms)))
+            assert fresh == made[-1].plain != stale
