@@ -64,6 +64,7 @@ MARK = "@PASS@"
 PACE = 0.3  # seconds between a frame and the next key, for keys a person presses after reading
 THRESHOLDS = gc.get_threshold()  # the collector's, before an app settles (tui/settle.py)
 REPEAT = 30  # a held key's presses per second (a terminal's usual key-repeat rate); held 1 s
+REST = 1.5  # seconds a person reads before a run of keys (the app collects garbage meanwhile)
 
 
 def pass_template(nodes: int) -> bytes:
@@ -180,13 +181,18 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
         result["indexed"] = time.perf_counter() - started
         await until(lambda: app.replay.carries.done)  # every pass's leaves folded: g is ready
         result["folded"] = time.perf_counter() - started
+        await asyncio.sleep(REST)
         result["n"] = await keys(app, "n", n_keys, lambda: True)
+        await asyncio.sleep(REST)
         result["p"] = await keys(app, "p", n_keys, lambda: True)
         passes = max(1, min(n_keys, (count - 1) // 2))
+        await asyncio.sleep(REST)
         result["]"] = await keys(app, "right_square_bracket", passes, lambda: True)
         # a person reads a pass before the next ]: the app opens the next pass meanwhile
         result["]paced"] = await keys(app, "right_square_bracket", passes, lambda: True, PACE)
+        await asyncio.sleep(REST)
         result["goto"] = await jumps(app, count)
+        await asyncio.sleep(REST)
         result["n_late"] = await keys(app, "n", n_keys, lambda: True)
         t0 = time.perf_counter()
         app.replay.jump(count, 10**9)  # g N:99999: every node of the pass parsed and shown
@@ -194,7 +200,9 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
         await until(lambda: app.snapshot.stop is None)
         full_frame(app)
         result["pass_end"] = time.perf_counter() - t0
+        await asyncio.sleep(REST)
         result["p_end"] = await keys(app, "p", n_keys, lambda: True)
+        await asyncio.sleep(REST)
         result["back"] = await keys(app, "left_square_bracket", passes, lambda: True)
         start = app.snapshot.pass_.number if app.snapshot.pass_ is not None else 1
         result["]held"] = await held(app, "right_square_bracket", REPEAT,

@@ -289,10 +289,38 @@ async def test_backstep_show_settles_its_memory_once_the_trace_is_read(trace: Pa
         assert calls == ([1] if asked else []), (asked, calls)
 
 
+@pilot
+async def test_backstep_show_collects_at_rest_after_a_move(trace: Path, monkeypatch) -> None:
+    """A while after the last move, ``tidy`` collects, once a move and only in backstep show's
+    own process: a run of keys starts with nothing for the collector."""
+    import backstep.tui.replay_app as replay_app
+
+    monkeypatch.setattr(replay_app, "settle", lambda: True)
+    for asked in (True, False):
+        calls: list[int] = []
+        monkeypatch.setattr(replay_app, "tidy", lambda calls=calls: calls.append(1))
+        with TraceIndex(trace) as index:
+            app = ReplayApp(index, settle_memory=asked)
+            async with app.run_test(size=(140, 42)) as pilot:
+                await pilot.pause(0.1)
+                await press(pilot, "right_square_bracket")
+                await pilot.pause(replay_app.TIDY_AFTER / 2)
+                await press(pilot, "n")  # keys a read apart: no collection between them
+                await pilot.pause(replay_app.TIDY_AFTER / 2)
+                assert calls == []
+                await pilot.pause(replay_app.TIDY_AFTER)
+                assert calls == ([1] if asked else []), (asked, calls)
+                await pilot.pause(replay_app.TIDY_AFTER)  # at rest: nothing new to do
+                assert len(calls) <= 1
+                await press(pilot, "n")
+                await pilot.pause(1.5 * replay_app.TIDY_AFTER)
+        assert calls == ([1, 1] if asked else []), (asked, calls)
+
+
 def test_settle_freezes_what_is_alive() -> None:
     import gc
 
-    from backstep.tui.settle import settle
+    from backstep.tui.settle import settle, tidy
 
     thresholds = gc.get_threshold()
     try:
@@ -301,3 +329,4 @@ def test_settle_freezes_what_is_alive() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+    assert tidy() and gc.get_count()[0] < 100  # a full collection: the young are gone

@@ -27,12 +27,14 @@ from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import Replay
-from backstep.tui.settle import settle
+from backstep.tui.settle import settle, tidy
 from backstep.tui.status import REASONS, StatusLine, with_keys
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
 AHEAD_AFTER = 0.15  # seconds idle after a move before the next pass is opened ahead
+TIDY_AFTER = 1.0  # seconds idle after a move before garbage is collected (longer than a read
+# between keys a person presses in turn, so that no such key waits for it)
 HINTS = (("n/p", "step"), ("c/C", "continue"), ("[/]", "pass"), ("g", "go to"), ("b", "break"),
          ("?", "help"), ("q", "quit"))
 
@@ -130,6 +132,7 @@ class ReplayApp(BackstepApp):
         # backstep show's own process: freeze what is built once indexed (``settle``); off
         # where the app shares a process (tests)
         self._settle_memory = settle_memory
+        self._tidy: Timer | None = None  # collects garbage once the person rests (``tidy``)
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -192,6 +195,16 @@ class ReplayApp(BackstepApp):
         if self._ahead is not None:
             self._ahead.stop()
         self._ahead = self.set_timer(AHEAD_AFTER, self._prepare)
+        if self._settle_memory:
+            if self._tidy is not None:
+                self._tidy.stop()
+            self._tidy = self.set_timer(TIDY_AFTER, self._collect)
+
+    def _collect(self) -> None:
+        """The person has been reading a while: the collector's work now, not during a key."""
+        self._tidy = None
+        if self._scanning_done():  # settled: else the index's slices are still being built
+            tidy()
 
     def _prepare(self) -> None:
         if not self._scanning_done() or self.replay.prepare():  # again, until nothing is left

@@ -14,6 +14,12 @@ oldest generation (GC time per key measured with ``gc.callbacks``, 2,500-node pa
 5.5-17 ms with 10,000, 2.8-3.9 ms with 50,000: most of a pass's objects are gone, with the pass,
 before a collection comes round). ``backstep show`` is its own process (no
 user code runs in it), so this changes nothing but when its memory is scanned.
+
+What a collection would find between keys is collected while the person reads instead
+(``tidy``, a second after the last move): a run of keys then starts with
+an empty young generation, and 30 ``]`` back to back (~1,200 young objects each, once the graph
+panel stopped leaving its rows in reference cycles) never reach the threshold. Measured
+2026-11-23, 1 GB trace, a young collection landing on a key: 25-45 ms.
 """
 
 from __future__ import annotations
@@ -33,4 +39,13 @@ def settle() -> bool:
     first, *older = gc.get_threshold()
     if 0 < first < YOUNG:
         gc.set_threshold(YOUNG, *older)
+    return True
+
+
+def tidy() -> bool:
+    """Collect everything the collector can reach (what ``settle`` froze stays out of it), for
+    an idle moment; False when the collector is off."""
+    if not gc.isenabled():
+        return False
+    gc.collect()
     return True
