@@ -84,9 +84,10 @@ def pass_template(nodes: int) -> bytes:
                       "name": node["name"], "grad_outputs": [big],
                       "grad_inputs": [big if i % 2 else grads for i, _ in enumerate(node["next"])],
                       "saved": saved if node["name"] != "AccumulateGrad" else [], "error": None})
-        if node.get("leaf"):
+        if node.get("leaf"):  # a norm that moves every pass, as a training loop's do
             lines.append({"event": "accumulate", "pass": MARK, "leaf": node["leaf"],
-                          "id": node["id"], "before": big, "after": big, "retained": False})
+                          "id": node["id"], "before": big, "after": {**big, "norm": MARK},
+                          "retained": False})
     lines.append({"event": "pass_end", "pass": MARK, "status": "ok", "error": None,
                   "skipped": []})
     text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in lines)

@@ -11,7 +11,7 @@ import pytest
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
-from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, name_label
+from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
 from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
@@ -131,11 +131,11 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
             await pilot.pause()
             assert 0 < len(rewritten) <= 3 * panel.size.height * len(COLUMNS)
             last = rows - 1
-            stale = panel.get_row_at(last)[-1].plain  # not near view: pass 1's bar still
+            stale = panel.get_row_at(last)[0].plain  # not near view: as in pass 1 still
             panel.scroll_end(animate=False)
             await pilot.pause()
-            fresh = panel.get_row_at(last)[-1].plain  # the scroll brought it up to date
+            fresh = panel.get_row_at(last)[0].plain  # the scroll brought it up to date
             snapshot = app.snapshot
             name = panel._rows[last]
             made = panel._cells(name, None, snapshot, Scale(dict(snapshot.leaf_norms)))
-            assert fresh == made[-1].plain != stale
+            assert fresh == joined(made, panel._widths).plain != stale

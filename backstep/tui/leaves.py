@@ -8,7 +8,8 @@ norms span more than two decades): the gradient-flow picture people otherwise dr
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import accumulate
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -64,6 +65,21 @@ def cell(value: Text | str, width: int, right: bool) -> Text:
         text = Text(" ").append_text(text)
         text.truncate(width, overflow="ellipsis")
     return text
+
+
+def joined(cells: Iterable[Text], widths: Iterable[int]) -> Text:
+    """A row's cells as one text, each filled out to its column's width with plain spaces (as
+    the table filled a column): the table draws one cell a row, not six (DataTable renders each
+    cell through rich on its own, and rewriting any cell makes it render them all again: 15 ms
+    a pass change for the rows on screen)."""
+    row = Text()
+    for part, width in zip(cells, widths, strict=True):
+        if width <= 0:  # a column given up for room (a cell cut to nothing still holds "…")
+            continue
+        row.append_text(part if part.cell_len <= width else part[:width])
+        if part.cell_len < width:
+            row.append(" " * (width - part.cell_len))
+    return row
 
 
 def grad_text(summary: Summary | None, pending: bool = False) -> Text:
@@ -143,14 +159,18 @@ class LeavesPanel(DataTable):
         self._inputs: list[object] = []  # what each row's cells were made from
         self._wanted: list[object] = []  # what each row's cells are to be made from
         self._row_source: tuple[Snapshot, dict[str, Accumulation], Scale] | None = None
-        self._columns: list[object] = []
+        self._column: object = None  # the one column: a row is its cells drawn as one text
         self._keys: list[object] = []  # the rows' keys, in order
         self._widths: tuple[int, ...] = tuple(w for _, w, _ in COLUMNS)
         self._shown: Snapshot | None = None
 
     def on_mount(self) -> None:
-        for (label, _, right), width in zip(COLUMNS, self._widths, strict=True):
-            self._columns.append(self.add_column(cell(label, width, right), width=width))
+        self._column = self.add_column(self._header(), width=sum(self._widths))
+
+    def _header(self) -> Text:
+        return joined((cell(label, width, right)
+                       for (label, _, right), width in zip(COLUMNS, self._widths, strict=True)),
+                      self._widths)
 
     def on_resize(self) -> None:
         self.fit(self.scrollable_content_region.width)
@@ -159,13 +179,12 @@ class LeavesPanel(DataTable):
     def fit(self, room: int) -> None:
         """Fit the columns to ``room`` cells; on a change, rewrite every cell (names re-cut)."""
         widths = column_widths(room)
-        if widths == self._widths or room <= 0 or not self._columns:
+        if widths == self._widths or room <= 0 or self._column is None:
             return
         self._widths = widths
-        for (label, _, right), width, key in zip(COLUMNS, widths, self._columns, strict=True):
-            column = self.columns[key]  # type: ignore[index]
-            column.width = width
-            column.label = cell(label, width, right)
+        column = self.columns[self._column]  # type: ignore[index]
+        column.width = sum(widths)
+        column.label = self._header()
         self._require_update_dimensions = True  # as DataTable's own add_column does
         self._inputs = [None] * len(self._inputs)
         self._key = None
@@ -217,8 +236,8 @@ class LeavesPanel(DataTable):
         self._row_source = (snapshot, accs, scale)
         if names != self._rows:
             self._reset(names)
-            blank = tuple(Text("") for _ in COLUMNS)  # cells made as rows come into view
-            self._keys = self.add_rows([blank] * len(names))
+            # cells made as rows come into view
+            self._keys = self.add_rows([(Text(""),)] * len(names))
             self._inputs = [None] * len(names)
         self._wanted = inputs
         self._sync()
@@ -240,18 +259,19 @@ class LeavesPanel(DataTable):
                 continue
             self._inputs[i] = self._wanted[i]
             name = self._rows[i]
-            row = self._cells(name, accs.get(name), snapshot, scale)
-            for column, value in zip(self._columns, row, strict=True):
-                self.update_cell(self._keys[i], column, value)  # type: ignore[arg-type]
+            row = joined(self._cells(name, accs.get(name), snapshot, scale), self._widths)
+            self.update_cell(self._keys[i], self._column, row)  # type: ignore[arg-type]
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self._sync()  # rows coming into view are brought up to date
 
-    def row_cells(self, index: int) -> list[object]:
+    def row_cells(self, index: int) -> list[Text]:
         """Row ``index``'s cells as they read once in view (brought up to date first)."""
         self._sync_rows(index, index + 1)
-        return self.get_row_at(index)
+        row = self.get_row_at(index)[0]
+        ends = list(accumulate(self._widths))
+        return list(row.divide(ends[:-1])) if isinstance(row, Text) else [row]
 
     def _reset(self, names: list[str]) -> None:
         self.clear()
