@@ -11,7 +11,10 @@ import math
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
 
+from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import DataTable
 
 from backstep.tui.format import cut_left, num
@@ -163,6 +166,24 @@ class LeavesPanel(DataTable):
         self._keys: list[object] = []  # the rows' keys, in order
         self._widths: tuple[int, ...] = tuple(w for _, w, _ in COLUMNS)
         self._shown: Snapshot | None = None
+
+    _frame_style: Style | None = None  # the widget's style, worked out once per frame
+
+    @property
+    def rich_style(self) -> Style:
+        """The widget's style; while a frame is drawn, the one worked out at its start
+        (DataTable asks for it on every line, and it walks every ancestor's styles: a fifth of
+        redrawing the rows on screen)."""
+        style = self._frame_style
+        return style if style is not None else super().rich_style
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame_style = None
+        self._frame_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_style = None
 
     def on_mount(self) -> None:
         self._column = self.add_column(self._header(), width=sum(self._widths))
