@@ -146,9 +146,8 @@ class LeavesPanel(DataTable):
     Passes of a training loop reach the same leaves, so the rows stay when the pass changes
     and only the cells whose numbers changed are rewritten (a full rebuild re-measures every
     cell of every row: hundreds of milliseconds for a few hundred parameters), and only in rows
-    in view or a screen away: the rest are rewritten as a scroll brings them near (a pass
-    change that moved every leaf's norm rewrote all 500 rows of a large model, 50 ms, for the
-    16 on screen). The columns fit the panel's width (``column_widths``)."""
+    in view: the rest are rewritten as a scroll brings them in (a pass change that moved every
+    leaf's norm rewrote all 500 rows of a large model, 50 ms, for the 16 on screen). The columns fit the panel's width (``column_widths``)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=0,
@@ -266,10 +265,10 @@ class LeavesPanel(DataTable):
         set_title(self, f"Leaves (.grad) · {len(accs)}/{len(names)} accumulated{log}")
 
     def _sync(self) -> None:
-        """Rewrite the rows in view, and a screen either side, whose numbers changed."""
+        """Rewrite the rows in view whose numbers changed (a scroll brings on the rest)."""
         height = max(self.scrollable_content_region.height, 1)
         top = int(self.scroll_y)
-        self._sync_rows(max(top - height, 0), top + 2 * height)
+        self._sync_rows(top, top + height)
 
     def _sync_rows(self, first: int, last: int) -> None:
         if self._row_source is None:
