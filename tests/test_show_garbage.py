@@ -6,35 +6,19 @@ paths) alive until a collection found them, ~2,800 objects a ``]`` on a 2,500-no
 from __future__ import annotations
 
 import gc
-import json
 from collections import Counter
 from pathlib import Path
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot
-from tests.tui_fixtures import transformer_pass
-
-
-def write_trace(path: Path, passes: int, nodes: int) -> None:
-    lines: list[dict[str, object]] = [
-        {"event": "session", "version": 1, "torch": "test", "argv": ["t"], "pid": 1}]
-    for number in range(1, passes + 1):
-        begin = transformer_pass(nodes, number=number)
-        lines.append(begin)
-        for step, node in enumerate(begin["nodes"], start=1):
-            lines.append({"event": "node", "pass": number, "step": step, "id": node["id"],
-                          "name": node["name"], "grad_outputs": [], "grad_inputs": [],
-                          "saved": [], "error": None})
-        lines.append({"event": "pass_end", "pass": number, "status": "ok", "error": None,
-                      "skipped": []})
-    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+from tests.tui_fixtures import write_transformer_trace
 
 
 @pilot
 async def test_pass_changes_leave_no_rows_to_the_collector(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
-    write_trace(trace, passes=4, nodes=1200)  # a 240-node trunk: the graph is chunked
+    write_transformer_trace(trace, passes=4, nodes=1200)  # a 240-node trunk: the graph is chunked
     with TraceIndex(trace) as index:
         app = ReplayApp(index)
         async with app.run_test(size=(140, 42)) as pilot:

@@ -4,7 +4,6 @@ pass change rewrites the rows near view, a scroll the rest."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, join
 from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink, summary, transformer_pass
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink, write_transformer_trace
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 
@@ -86,32 +85,11 @@ async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
         assert shown_names(app) == wide
 
 
-def norms_trace(path: Path, passes: int, nodes: int) -> None:
-    """Passes of one residual network whose every weight gets a new gradient norm each pass."""
-    lines: list[dict[str, object]] = [
-        {"event": "session", "version": 1, "torch": "test", "argv": ["t"], "pid": 1}]
-    for number in range(1, passes + 1):
-        begin = transformer_pass(nodes, number=number)
-        lines.append(begin)
-        for step, node in enumerate(begin["nodes"], start=1):
-            lines.append({"event": "node", "pass": number, "step": step, "id": node["id"],
-                          "name": node["name"], "grad_outputs": [], "grad_inputs": [],
-                          "saved": [], "error": None})
-            if node["leaf"]:
-                norm = float(number * 1000 + step)
-                lines.append({"event": "accumulate", "pass": number, "leaf": node["leaf"],
-                              "id": node["id"], "before": None,
-                              "after": summary([norm, 0.0], [2]), "retained": False})
-        lines.append({"event": "pass_end", "pass": number, "status": "ok", "error": None,
-                      "skipped": []})
-    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
-
-
 @pilot
 async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
         tmp_path: Path) -> None:
     trace = tmp_path / "norms.jsonl"
-    norms_trace(trace, passes=3, nodes=1500)  # 300 weights
+    write_transformer_trace(trace, passes=3, nodes=1500, norms=True)  # 300 weights
     with TraceIndex(trace) as index:
         app = ReplayApp(index)
         async with app.run_test(size=(140, 42)) as pilot:
