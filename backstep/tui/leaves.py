@@ -147,7 +147,8 @@ class LeavesPanel(DataTable):
     and only the cells whose numbers changed are rewritten (a full rebuild re-measures every
     cell of every row: hundreds of milliseconds for a few hundred parameters), and only in rows
     in view: the rest are rewritten as a scroll brings them in (a pass change that moved every
-    leaf's norm rewrote all 500 rows of a large model, 50 ms, for the 16 on screen). The columns fit the panel's width (``column_widths``)."""
+    leaf's norm rewrote all 500 rows of a large model, 50 ms, for the 16 on screen). The
+    columns fit the panel's width (``column_widths``)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=0,

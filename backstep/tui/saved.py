@@ -48,8 +48,9 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
     padded a cell either side and spread over ``width`` as rich's expanded ``Table`` does,
     drawn as text (a ``Table`` measured and laid out its cells again on every frame: 2 ms of a
     35 ms pass change). The shape, bytes and status are what the panel is for: they keep their
-    width (one cell short, the last column's right pad goes at the panel's edge). A long name is cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0),
-    and on a narrow panel the dtype goes before a name is cut below 8 cells."""
+    width (one cell short, the last column's right pad goes at the panel's edge). A long name is
+    cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0), and on a narrow panel
+    the dtype goes before a name is cut below 8 cells."""
     statuses = [status_text(item, released) for item in saved]
     sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
              for item in saved]
