@@ -11,8 +11,8 @@ from pathlib import Path
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.replay_app import ReplayApp
+from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot
-from tests.tui_fixtures import write_transformer_trace
 
 
 @pilot

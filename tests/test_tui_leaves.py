@@ -12,9 +12,10 @@ from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
 from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
 from backstep.tui.replay_app import ReplayApp
+from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink, write_transformer_trace
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 

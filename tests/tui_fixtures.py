@@ -8,9 +8,7 @@ x.grad = 2*(x*y+x)*(y+1) = 64 and y.grad = 2*(x*y+x)*x = 32.
 from __future__ import annotations
 
 import inspect
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 from backstep.tui.app import BackstepApp
@@ -228,29 +226,6 @@ def transformer_pass(n: int = 10_000, number: int = 1) -> dict[str, Any]:
     return {"event": "pass_begin", "pass": number, "parent": None, "api": "backward",
             "retain_graph": False, "create_graph": False, "roots": [root], "inputs": None,
             "nodes": nodes}
-
-
-def write_transformer_trace(path: Path, passes: int, nodes: int,
-                            norms: bool = False) -> None:
-    """A trace of ``passes`` passes of ``transformer_pass(nodes)``, every node run; with
-    ``norms``, every weight accumulates a gradient whose norm moves each pass."""
-    lines: list[dict[str, Any]] = [
-        {"event": "session", "version": 1, "torch": "test", "argv": ["t"], "pid": 1}]
-    for number in range(1, passes + 1):
-        begin = transformer_pass(nodes, number=number)
-        lines.append(begin)
-        for step, node in enumerate(begin["nodes"], start=1):
-            lines.append({"event": "node", "pass": number, "step": step, "id": node["id"],
-                          "name": node["name"], "grad_outputs": [], "grad_inputs": [],
-                          "saved": [], "error": None})
-            if norms and node["leaf"]:
-                lines.append({"event": "accumulate", "pass": number, "leaf": node["leaf"],
-                              "id": node["id"], "before": None,
-                              "after": summary([float(number * 1000 + step), 0.0], [2]),
-                              "retained": False})
-        lines.append({"event": "pass_end", "pass": number, "status": "ok", "error": None,
-                      "skipped": []})
-    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
 
 
 def stop_at(pass_begin_event: dict[str, Any], node_id: int, step: int = 1,
