@@ -77,22 +77,35 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The job without backstep or torchrun: two pythons, the environment torchrun would give
-    them. Its lines, sorted (the ranks' output interleaves differently every run)."""
-    cwd = project(tmp_path_factory.mktemp("plain"))
+def run_plain(cwd: Path) -> tuple[list[int], list[str], str]:
+    """One run of the job without backstep: the ranks' exit codes, lines and error output."""
     port = str(free_port())
     ranks = [subprocess.Popen(
         [sys.executable, "-u", "-m", "pkg.train"], cwd=cwd, stdout=subprocess.PIPE, text=True,
-        stderr=subprocess.DEVNULL, env={**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                                        "RANK": str(r), "LOCAL_RANK": str(r),
-                                        "WORLD_SIZE": "2"}) for r in (0, 1)]
-    found = []
+        stderr=subprocess.PIPE, env={**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                     "RANK": str(r), "LOCAL_RANK": str(r),
+                                     "WORLD_SIZE": "2"}) for r in (0, 1)]
+    codes, found, errors = [], [], ""
     for process in ranks:
-        out, _ = process.communicate(timeout=180)
-        assert process.returncode == 0
+        out, err = process.communicate(timeout=180)
+        codes.append(process.returncode)
         found += lines(out)
+        errors += err
+    return codes, found, errors
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The job without backstep or torchrun: two pythons, the environment torchrun would give
+    them. Its lines, sorted (the ranks' output interleaves differently every run). The
+    reference run is made again once if a rank was killed by a signal: both ranks of the plain
+    job aborted (SIGABRT, no backstep in the process) in one CI run of 2026-11-24, and passed
+    the next three."""
+    cwd = project(tmp_path_factory.mktemp("plain"))
+    codes, found, errors = run_plain(cwd)
+    if any(code < 0 for code in codes):
+        codes, found, errors = run_plain(cwd)
+    assert codes == [0, 0], errors[-2000:]
     assert len(found) == 6
     return found
 
