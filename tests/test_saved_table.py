@@ -1,6 +1,6 @@
 """The saved-tensors table, laid out by hand: every line fits the panel, the columns line up
 under their headers, the status is never cut while the names can give way, and the spare room is
-shared out as rich's expanded Table shared it (the snapshot tests hold its look cell for cell)."""
+shared out as rich's expanded Table shares it (the snapshot tests hold its look cell for cell)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backstep.tui.format import nbytes, shape_text
-from backstep.tui.saved import saved_table, spread
+from backstep.tui.saved import saved_table
 from backstep.tui.snapshot import SavedInfo
 
 BIG = SavedInfo("self", "alive", (8, 1024, 768), "float32", 25165824, 0, 0)
@@ -66,15 +66,24 @@ def test_every_line_fits_and_the_status_survives_where_names_can_be_cut() -> Non
 
 
 def test_spare_room_is_shared_as_rich_shares_it() -> None:
+    # the columns as a rich Table of the same widths lays them out, expanded to the panel
     rnd = random.Random(11)
-    for _ in range(300):
-        widths = [rnd.randint(3, 30) for _ in range(4)]
-        width = sum(widths) + rnd.randint(0, 60)
+    for _ in range(100):
+        rows = [SavedInfo(f"t{i}" * rnd.randint(1, 6), rnd.choice(["alive", "freed"]),
+                          (rnd.randint(1, 4096),) * rnd.randint(0, 3), "float32",
+                          rnd.randint(0, 10**9)) for i in range(rnd.randint(1, 4))]
+        width = rnd.randint(70, 140)
+        out = lines(saved_table(rows, False, width))
         table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for w in widths:
-            table.add_column(no_wrap=True, min_width=w - 2, max_width=w - 2)
+        for i, title in enumerate(out[0].split()):
+            table.add_column(title, header_style="bold dim", no_wrap=True,
+                             justify="right" if title == "bytes" else "left",
+                             min_width=6 if i == 0 else None)
+        for line in out[1:]:
+            name, rest = line.split(maxsplit=1)
+            *tensor, size, unit, status = rest.split()
+            table.add_row(name, " ".join(tensor), f"{size} {unit}", status)
         console = Console(width=width)
-        got = table._calculate_column_widths(console, console.options)  # noqa: SLF001
-        mine = [w + extra for w, extra in zip(widths, spread(width - sum(widths), widths),
-                                              strict=True)]
-        assert got == mine
+        drawn = ["".join(s.text for s in row).rstrip()
+                 for row in console.render_lines(table, console.options, pad=False)]
+        assert [line.rstrip() for line in out] == drawn, (width, out, drawn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
 from backstep.tui.app import BackstepApp
 from backstep.tui.graph import GraphPanel
@@ -62,23 +63,29 @@ def test_a_binary_tree_nests_at_most_log_deep() -> None:
     assert layout.depth_bound() <= 2 * 12 + 2
 
 
-def run_app_on(event: dict, target: int) -> tuple[int, int]:
-    """Mount the app on a big pass, stop at ``target``; return (tree lines, current line)."""
-    link = RecordingLink([event, stop_at(event, target)], stop=1)
-    app = BackstepApp(link)
-    result: dict[str, int] = {}
+def on_graph(event: dict, target: int, look: Callable[[GraphPanel], None]) -> None:
+    """Mount the app on a big pass stopped at ``target`` and hand its graph panel to ``look``."""
+    app = BackstepApp(RecordingLink([event, stop_at(event, target)], stop=1))
 
     async def go() -> None:
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
-            graph = app.query_one(GraphPanel)
-            lines = graph._tree_lines
-            result["lines"] = len(lines)
-            result["cursor"] = graph.cursor_line
-            node = graph.cursor_node
-            result["node"] = node.data.node if node is not None and node.data else -1
+            look(app.query_one(GraphPanel))
 
     asyncio.run(go())
+
+
+def run_app_on(event: dict, target: int) -> tuple[int, int]:
+    """Mount the app on a big pass, stop at ``target``; return (tree lines, current line)."""
+    result: dict[str, int] = {}
+
+    def look(graph: GraphPanel) -> None:
+        result["lines"] = len(graph._tree_lines)
+        result["cursor"] = graph.cursor_line
+        node = graph.cursor_node
+        result["node"] = node.data.node if node is not None and node.data else -1
+
+    on_graph(event, target, look)
     assert result["node"] == target
     return result["lines"], result["cursor"]
 
@@ -100,27 +107,22 @@ def test_rows_added_in_a_batch_invalidate_the_tree_once() -> None:
     """A pass change adds a hundred rows in one batch: the tree is invalidated once, at its
     end, and then lists every row, in order, as if each add had invalidated it."""
     event = transformer_pass(600)
-    link = RecordingLink([event, stop_at(event, event["roots"][0])], stop=1)
-    app = BackstepApp(link)
     seen: dict[str, object] = {}
 
-    async def go() -> None:
-        async with app.run_test(size=(140, 42)) as pilot:
-            await pilot.pause()
-            graph = app.query_one(GraphPanel)
-            calls: list[int] = []
-            real = graph._invalidate
-            graph._invalidate = lambda: calls.append(1) or real()  # type: ignore[method-assign]
-            before = len(graph._tree_lines)
-            with graph.batch():
-                for i in range(100):
-                    graph.root.add_leaf(f"row {i}")
-                assert len(calls) == 100 and len(graph._tree_lines) == before  # held back
-            seen["calls"] = len(calls)
-            seen["more"] = len(graph._tree_lines) - before
-            seen["tail"] = [str(line.node.label) for line in graph._tree_lines[-100:]]
+    def look(graph: GraphPanel) -> None:
+        calls: list[int] = []
+        real = graph._invalidate
+        graph._invalidate = lambda: calls.append(1) or real()  # type: ignore[method-assign]
+        before = len(graph._tree_lines)
+        with graph.batch():
+            for i in range(100):
+                graph.root.add_leaf(f"row {i}")
+            assert len(calls) == 100 and len(graph._tree_lines) == before  # held back
+        seen["calls"] = len(calls)
+        seen["more"] = len(graph._tree_lines) - before
+        seen["tail"] = [str(line.node.label) for line in graph._tree_lines[-100:]]
 
-    asyncio.run(go())
+    on_graph(event, event["roots"][0], look)
     assert seen["calls"] == 101  # the hundred held back, and the one at the end
     assert seen["more"] == 100
     assert seen["tail"] == [f"row {i}" for i in range(100)]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
+from rich._ratio import ratio_distribute  # how an expanded Table shares out spare cells
 from rich.text import Text
 from textual.widgets import Static
 
@@ -29,18 +28,6 @@ def status_text(item: SavedInfo, released: bool = False) -> Text:
 
 HEADERS = (("name", False), ("tensor", False), ("bytes", True), ("status", False))
 NAME_MIN = 6  # the name column's least width, while the panel has the room
-
-
-def spread(total: int, widths: list[int]) -> list[int]:
-    """``total`` spare cells shared out in proportion to ``widths`` (rounded up, in order), as
-    rich shares them out over an expanded table's columns."""
-    left, out = sum(widths), []
-    for width in widths:
-        share = math.ceil(width * total / left) if left > 0 else total
-        out.append(share)
-        left -= width
-        total -= share
-    return out
 
 
 def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
@@ -75,7 +62,7 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
     edge = " "  # the last column's right pad: the first cell to go at the panel's edge
     if width and sum(widths) < width:
         widths = [w + extra for w, extra in
-                  zip(widths, spread(width - sum(widths), widths), strict=True)]
+                  zip(widths, ratio_distribute(width - sum(widths), widths), strict=True)]
     elif width and sum(widths) > width:
         edge = ""
     inner = [w - 2 for w in widths]
