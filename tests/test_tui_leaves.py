@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
@@ -71,13 +72,13 @@ async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
     async with app.run_test(size=(170, 48)) as pilot:
         await pilot.pause()
         panel = app.query_one(LeavesPanel)
-        keys = list(panel._keys)
+        rows = panel._rows
         wide = shown_names(app)
         assert any(LONG_LEAVES["x"].endswith(n.lstrip("…")) for n in wide)
         await pilot.resize_terminal(110, 32)
         await pilot.pause()
         narrow = shown_names(app)
-        assert panel._keys == keys  # the same rows, their cells rewritten
+        assert panel._rows is rows  # the same rows, their texts made again
         assert all(len(n) < len(w) for n, w in zip(narrow, wide, strict=True)), (narrow, wide)
         assert no_wider(panel)
         assert "64" in screen_text(app)  # the accumulated value still shown
@@ -98,23 +99,24 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
             panel = app.query_one(LeavesPanel)
             rows = panel.row_count
             assert rows > 250
-            rewritten: list[int] = []
-            update = panel.update_cell
+            made: list[int] = []
+            row_text = panel.row_text
 
-            def counted(row_key, column_key, value, **kwargs):  # type: ignore[no-untyped-def]
-                rewritten.append(1)
-                return update(row_key, column_key, value, **kwargs)
+            def counted(index: int) -> Text:
+                made.append(index)
+                return row_text(index)
 
-            panel.update_cell = counted  # type: ignore[method-assign]
+            panel.row_text = counted  # type: ignore[method-assign]
             await pilot.press("right_square_bracket")  # every weight's carried norm moves
             await pilot.pause()
-            assert 0 < len(rewritten) <= panel.size.height  # a row is one cell
+            assert 0 < len(made) <= panel.size.height  # only the rows drawn are made again
+            assert all(i in panel.rows_in_view() for i in made)
             last = rows - 1
-            stale = panel.get_row_at(last)[0].plain  # not near view: as in pass 1 still
+            assert last not in made
             panel.scroll_end(animate=False)
             await pilot.pause()
-            fresh = panel.get_row_at(last)[0].plain  # the scroll brought it up to date
+            assert last in made  # the scroll brought it up to date
             snapshot = app.snapshot
             name = panel._rows[last]
-            made = panel._cells(name, None, snapshot, Scale(dict(snapshot.leaf_norms)))
-            assert fresh == joined(made, panel._widths).plain != stale
+            fresh = panel._cells(name, None, snapshot, Scale(dict(snapshot.leaf_norms)))
+            assert joined(fresh, panel._widths).plain in screen_text(app)

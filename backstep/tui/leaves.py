@@ -1,7 +1,7 @@
 """The leaves panel: each leaf's .grad before this pass and now, and gradient flow per parameter.
 
-A DataTable renders only the rows in view, so a model with thousands of parameters costs the
-same to show as one with three; each row ends in a bar of its gradient norm (log scale when the
+Only the rows in view are made and drawn (``RowList``), so a model with thousands of parameters
+costs the same to show as one with three; each row ends in a bar of its gradient norm (log scale when the
 norms span more than two decades): the gradient-flow picture people otherwise draw by hand.
 """
 
@@ -11,13 +11,10 @@ import math
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
 
-from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region
-from textual.strip import Strip
-from textual.widgets import DataTable
 
 from backstep.tui.format import cut_left, num
+from backstep.tui.rowlist import RowList
 from backstep.tui.snapshot import Accumulation, Snapshot, Summary, number
 from backstep.tui.titles import set_title
 
@@ -72,9 +69,7 @@ def cell(value: Text | str, width: int, right: bool) -> Text:
 
 def joined(cells: Iterable[Text], widths: Iterable[int]) -> Text:
     """A row's cells as one text, each filled out to its column's width with plain spaces (as
-    the table filled a column): the table draws one cell a row, not six (DataTable renders each
-    cell through rich on its own, and rewriting any cell makes it render them all again: 15 ms
-    a pass change for the rows on screen)."""
+    DataTable filled a column): a row is drawn in one go, not a cell at a time."""
     row = Text()
     for part, width in zip(cells, widths, strict=True):
         if width <= 0:  # a column given up for room (a cell cut to nothing still holds "…")
@@ -140,78 +135,49 @@ class Scale:
         return Text("█" * full + part.strip(), style="magenta")
 
 
-class LeavesPanel(DataTable):
+class LeavesPanel(RowList):
     """One row per leaf the pass reaches: before, now, change, passes since zeroed, norm bar.
 
-    Passes of a training loop reach the same leaves, so the rows stay when the pass changes
-    and only the cells whose numbers changed are rewritten (a full rebuild re-measures every
-    cell of every row: hundreds of milliseconds for a few hundred parameters), and only in rows
-    in view: the rest are rewritten as a scroll brings them in (a pass change that moved every
-    leaf's norm rewrote all 500 rows of a large model, 50 ms, for the 16 on screen). The
-    columns fit the panel's width (``column_widths``)."""
+    Passes of a training loop reach the same leaves, so the rows stay when the pass changes;
+    a row is made again only when it is drawn and what it shows changed (a pass change that
+    moved every leaf's norm made all 500 rows of a large model again, 50 ms, for the 16 on
+    screen). The columns fit the panel's width (``column_widths``)."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=0,
-                         **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self.border_title = "Leaves (.grad)"
         self._key: tuple[int, int, int, int] | None = None
         self._graph: object = None  # the graph ``_names`` were read from
         self._names: list[str] = []  # the graph's leaves, in graph order
         self._known: frozenset[str] = frozenset()
         self._rows: list[str] = []  # the rows shown, by leaf name
-        self._inputs: list[object] = []  # what each row's cells were made from
-        self._wanted: list[object] = []  # what each row's cells are to be made from
+        self._inputs: list[object] = []  # what each row's text was made from
+        self._wanted: list[object] = []  # what each row's text is to be made from
         self._row_source: tuple[Snapshot, dict[str, Accumulation], Scale] | None = None
-        self._column: object = None  # the one column: a row is its cells drawn as one text
-        self._keys: list[object] = []  # the rows' keys, in order
         self._widths: tuple[int, ...] = tuple(w for _, w, _ in COLUMNS)
         self._shown: Snapshot | None = None
 
-    _frame_style: Style | None = None  # the widget's style, worked out once per frame
-
-    @property
-    def rich_style(self) -> Style:
-        """The widget's style; while a frame is drawn, the one worked out at its start
-        (DataTable asks for it on every line, and it walks every ancestor's styles: a fifth of
-        redrawing the rows on screen)."""
-        style = self._frame_style
-        return style if style is not None else super().rich_style
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._frame_style = None
-        self._frame_style = self.rich_style
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._frame_style = None
-
     def on_mount(self) -> None:
-        self._column = self.add_column(self._header(), width=sum(self._widths))
+        self.set_header(self._header_text())
 
-    def _header(self) -> Text:
+    def _header_text(self) -> Text:
         return joined((cell(label, width, right)
                        for (label, _, right), width in zip(COLUMNS, self._widths, strict=True)),
                       self._widths)
 
     def on_resize(self) -> None:
         self.fit(self.scrollable_content_region.width)
-        self._sync()  # a taller panel shows rows not yet brought up to date
 
     def fit(self, room: int) -> None:
-        """Fit the columns to ``room`` cells; on a change, rewrite every cell (names re-cut)."""
+        """Fit the columns to ``room`` cells; on a change, every row is made again (names
+        re-cut)."""
         widths = column_widths(room)
-        if widths == self._widths or room <= 0 or self._column is None:
+        if widths == self._widths or room <= 0:
             return
         self._widths = widths
-        column = self.columns[self._column]  # type: ignore[index]
-        column.width = sum(widths)
-        column.label = self._header()
-        self._require_update_dimensions = True  # as DataTable's own add_column does
+        self.set_header(self._header_text())
         self._inputs = [None] * len(self._inputs)
-        self._key = None
-        if self._shown is not None:
-            self.show(self._shown)
-        self.refresh()
+        self.forget()
 
     def _graph_leaves(self, snapshot: Snapshot) -> list[str]:
         view = snapshot.pass_
@@ -257,47 +223,34 @@ class LeavesPanel(DataTable):
         self._row_source = (snapshot, accs, scale)
         if names != self._rows:
             self._reset(names)
-            # cells made as rows come into view
-            self._keys = self.add_rows([(Text(""),)] * len(names))
-            self._inputs = [None] * len(names)
         self._wanted = inputs
-        self._sync()
+        self.refresh()  # the rows in view are drawn again: those whose numbers moved remade
         log = " · log scale" if scale.log else ""
         set_title(self, f"Leaves (.grad) · {len(accs)}/{len(names)} accumulated{log}")
 
-    def _sync(self) -> None:
-        """Rewrite the rows in view whose numbers changed (a scroll brings on the rest)."""
-        height = max(self.scrollable_content_region.height, 1)
-        top = int(self.scroll_y)
-        self._sync_rows(top, top + height)
+    def text_of(self, index: int) -> Text:
+        """Row ``index``'s text, made again first if what it shows changed."""
+        if self._wanted[index] != self._inputs[index]:
+            self._inputs[index] = self._wanted[index]
+            self._texts.pop(index, None)
+        return super().text_of(index)
 
-    def _sync_rows(self, first: int, last: int) -> None:
-        if self._row_source is None:
-            return
+    def row_text(self, index: int) -> Text:
+        assert self._row_source is not None
         snapshot, accs, scale = self._row_source
-        for i in range(first, min(last, len(self._wanted), len(self._keys))):
-            if self._wanted[i] == self._inputs[i]:
-                continue
-            self._inputs[i] = self._wanted[i]
-            name = self._rows[i]
-            row = joined(self._cells(name, accs.get(name), snapshot, scale), self._widths)
-            self.update_cell(self._keys[i], self._column, row)  # type: ignore[arg-type]
-
-    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
-        super().watch_scroll_y(old_value, new_value)
-        self._sync()  # rows coming into view are brought up to date
+        name = self._rows[index]
+        return joined(self._cells(name, accs.get(name), snapshot, scale), self._widths)
 
     def row_cells(self, index: int) -> list[Text]:
-        """Row ``index``'s cells as they read once in view (brought up to date first)."""
-        self._sync_rows(index, index + 1)
-        row = self.get_row_at(index)[0]
+        """Row ``index``'s cells as they read when drawn."""
         ends = list(accumulate(self._widths))
-        return list(row.divide(ends[:-1])) if isinstance(row, Text) else [row]
+        return list(self.text_of(index).divide(ends[:-1]))
 
     def _reset(self, names: list[str]) -> None:
-        self.clear()
         self._rows = list(names)
-        self._inputs = []
+        self._inputs = [None] * len(names)
+        self._wanted = [None] * len(names)
+        self.set_rows(len(names))
 
     def _cells(self, name: str, acc: Accumulation | None, snapshot: Snapshot,
                scale: Scale) -> tuple[Text, ...]:
