@@ -224,7 +224,9 @@ class LeavesPanel(RowList):
         if names != self._rows:
             self._reset(names)
         self._wanted = inputs
-        self.refresh()  # the rows in view are drawn again: those whose numbers moved remade
+        for i in self.rows_in_view():  # those whose numbers moved; the rest when scrolled to
+            if inputs[i] != self._inputs[i]:
+                self.refresh_row(i)
         log = " · log scale" if scale.log else ""
         set_title(self, f"Leaves (.grad) · {len(accs)}/{len(names)} accumulated{log}")
 

@@ -115,7 +115,7 @@ class RowList(ScrollView, can_focus=True):
             self._texts.clear()
             self.refresh()
         elif self._texts.pop(index, None) is not None:
-            self._refresh_row(index)
+            self.refresh_row(index)
 
     def row_text(self, index: int) -> Text:
         """Row ``index``'s text, as wide as the header (subclasses make it)."""
@@ -184,7 +184,8 @@ class RowList(ScrollView, can_focus=True):
         segments.append(Segment(" " * max(0, width - self._width), pre))
         return Strip(segments).crop(x, x + width).adjust_cell_length(width, row_style)
 
-    def _refresh_row(self, row: int) -> None:
+    def refresh_row(self, row: int) -> None:
+        """Draw row ``row`` again (where it is in view)."""
         y = row - int(self.scroll_y) + 1
         if 1 <= y < self.size.height:
             self.refresh(Region(0, y, self.size.width, 1))
@@ -195,8 +196,8 @@ class RowList(ScrollView, can_focus=True):
         return max(0, min(row, self._count - 1))
 
     def watch_cursor_row(self, old: int, new: int) -> None:
-        self._refresh_row(old)
-        self._refresh_row(new)
+        self.refresh_row(old)
+        self.refresh_row(new)
         self._cursor_into_view()
 
     def _cursor_into_view(self) -> None:
@@ -211,7 +212,7 @@ class RowList(ScrollView, can_focus=True):
         """Keys hide the hover highlight, as DataTable's do."""
         if self._hover >= 0:
             old, self._hover = self._hover, -1
-            self._refresh_row(old)
+            self.refresh_row(old)
 
     def action_cursor_up(self) -> None:
         self._keyboard()
@@ -254,8 +255,8 @@ class RowList(ScrollView, can_focus=True):
         row = self._row_at(event)
         if row != self._hover:
             old, self._hover = self._hover, row
-            self._refresh_row(old)
-            self._refresh_row(row)
+            self.refresh_row(old)
+            self.refresh_row(row)
 
     def on_leave(self, event: events.Leave) -> None:
         self._keyboard()
