@@ -20,13 +20,14 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_pad
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widgets import Tree
-from textual.widgets._tree import _TreeLine
+from textual.widgets._tree import TOGGLE_STYLE, _TreeLine
 from textual.widgets.tree import TreeNode
 
 T = TypeVar("T")
@@ -162,6 +163,9 @@ class LightTree(Tree[T]):
             "selected": base + rich("tree--guides-selected", partial=True),
             "guides": {},
             "focus": self.has_focus,
+            "label": rich("tree--label", partial=True),
+            "highlight": rich("tree--highlight", partial=True),
+            "cursor": rich("tree--cursor", partial=False),
         }
         if self._frame_style is not None:
             self._frame_parts = parts
@@ -185,6 +189,10 @@ class LightTree(Tree[T]):
         return found
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """``Tree._render_line``, its segments made directly: each guide in the line's style
+        and the guide's, the fold icon with the toggle's, the label's own segments between the
+        line's style and the label's component style (what rich made of the assembled text,
+        without assembling it: a copy, two restyles and a join a row, half of drawing one)."""
         tree_lines = self._tree_lines
         width = self.size.width
         if y >= len(tree_lines):
@@ -204,7 +212,8 @@ class LightTree(Tree[T]):
         else:
             line_style = base_style
         line_style += Style(meta={"line": y})
-        guides = Text(style=line_style)
+        segments: list[Segment] = []
+        cells = 0
         guide_style = parts["base"]
         hidden = True
         last = line.path[-1]
@@ -216,23 +225,33 @@ class LightTree(Tree[T]):
                 guide_style, hidden = parts["selected"], parts["selected_hidden"]
             space, vertical, _, _ = self._guides(parts, guide_style, hidden)
             if node != last:
-                guides.append(space if node.is_last else vertical, style=guide_style)
+                guide = space if node.is_last else vertical
+                segments.append(Segment(guide, line_style + guide_style))
+                cells += cell_len(guide)
             hover = hover or node._hover
             selected = (selected or node._selected) and focus
         if len(line.path) > 1:
             _, _, terminator, cross = self._guides(parts, guide_style, hidden)
-            guides.append(terminator if line.last else cross, style=guide_style)
-        label_style = self.get_component_rich_style("tree--label", partial=True)
+            guide = terminator if line.last else cross
+            segments.append(Segment(guide, line_style + guide_style))
+            cells += cell_len(guide)
+        label_style = parts["label"]
         if self.hover_line == y:
-            label_style += self.get_component_rich_style("tree--highlight", partial=True)
+            label_style += parts["highlight"]
         if self.cursor_line == y:
-            label_style += self.get_component_rich_style("tree--cursor", partial=False)
-        label = self.render_label(last, line_style, label_style)  # a new Text: no copy
-        label.stylize(Style(meta={"node": line.node._id}))
-        guides.append(label)
-        segments = list(guides.render(self.app.console))
+            label_style += parts["cursor"]
+        node_meta = Style(meta={"node": last._id})
+        if last._allow_expand:
+            icon = self.ICON_NODE_EXPANDED if last.is_expanded else self.ICON_NODE
+            segments.append(Segment(icon, line_style + TOGGLE_STYLE + node_meta))
+            cells += cell_len(icon)
+        label = last._label
+        console = self.app.console
+        own = console.get_style(label.style, default=Style.null()) if label.style else None
+        drawn = label.render(console) if label.spans else [Segment(label.plain, own)]
+        segments.extend(Segment.apply_style(drawn, line_style, label_style + node_meta))
+        cells += label.cell_len
         pad_width = max(self.virtual_size.width, width)
-        cells = guides.cell_len
         segments = line_pad(segments, 0, pad_width - cells, line_style)
         # the strip's width given, not summed segment by segment again by the crop
         strip = self._line_cache[cache_key] = Strip(segments, max(pad_width, cells))
