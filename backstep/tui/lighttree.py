@@ -9,8 +9,9 @@ on a 140x42 screen), though the tree's box is set by the stylesheet: only a chan
 virtual size (scrollbars) needs one, and setting ``virtual_size`` asks for it then. Rows added
 or opened in a ``batch()`` invalidate once at its end (a pass change adds a hundred at once), and
 a frame works out the widget's style, and its guides' and labels' component styles, once, not
-once per row (``_render_line`` is ``Tree._render_line`` with those lifted out of it: the rows it
-draws are the same, cell for cell).
+once per row, and a row's segments are made directly from its label's (``_render_line`` draws
+what ``Tree._render_line`` drew, strip for strip, but never calls ``render_label``: a subclass
+changes a row through its label).
 """
 
 from __future__ import annotations
