@@ -21,21 +21,22 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
 
 Targets (issue 13): a 1 GB trace shows its first frame in <= 2 s and answers a key in <= 50 ms
 median; memory <= 2x one pass. Every weight's gradient norm moves from pass to pass, as in a
-training loop (with one norm for every pass, the leaves table never changed on ] and [: 34-37 ms
-where a real trace's passes cost 44-46). Each run of keys starts after REST seconds, as a
+training loop (until 2026-11-24 every pass had the same norms, so the leaves table never
+changed on ] and [: 34-37 ms measured where a real trace's passes cost 44-46 then). Each run of keys starts after REST seconds, as a
 person reads before pressing (the app collects garbage a second after the last key). The app is
 polled every half millisecond (``ui_wait.py``), not spun on: a loop of ``asyncio.sleep(0)``
 measured its own checks into every key (4-6 ms of a pass switch). Measured 2026-11-24 on the
-idle 2-core machine, 1 GB, three runs: first frame 0.30-0.35 s; n 21-25, p 21-22; ] 46, 45,
-46 back to back (slowest 60-65) and 31-33 paced, [ 51, 44, 44 (slowest 53-60) and 30-35; ]
-held 1 s drawn 37-41 ms after the last press; g to a far pass 49, 41, 71; every pass folded
-16 s after opening; memory due to the trace 1.44x one parsed pass (raw peak 1.92x). Back to
-back, ] and [ parse the new pass's node table and build its graph (~7 ms for 2,500 nodes), lay
-it out (~3 ms), and redraw every panel (the leaves table ~7 ms, the graph's rows ~6, the
-gradients ~3) while the key waits. The leaves carried into a pass are remembered for each pass
-(``tui/carry.py``), and a pass's lines are found only as far as the cursor goes (opening one
-finds its first node line). With a moment between keys the pass was opened ahead and only the
-drawing is left.
+idle 2-core machine, 1 GB, three runs: first frame 0.24-0.25 s; n 18-20, p 17-18; ] 35, 32,
+33 back to back (slowest 42-45) and 23-24 paced, [ 33, 36, 40 (slowest 45-47) and 23-25; ]
+held 1 s drawn 37-38 ms after the last press; g to a far pass 34, 34, 35 (slowest 38-39);
+every pass folded 16 s after opening; memory due to the trace 1.35x one parsed pass (raw peak
+1.78x). The same bench on the code before the leaves panel drew its own rows: ] 44-46, [ 44-51,
+g 41-71. Back to back, ] and [ parse the new pass's node table and build its graph (~5 ms for
+2,500 nodes), lay it out (~3 ms), open the rows around the first node (~2 ms), and redraw every
+panel (the graph's rows ~5 ms, the leaves ~3, the gradients ~3) while the key waits. The leaves
+carried into a pass are remembered for each pass (``tui/carry.py``), and a pass's lines are
+found only as far as the cursor goes (opening one finds its first node line). With a moment
+between keys the pass was opened ahead and only the drawing is left.
 """
 
 from __future__ import annotations
