@@ -3,9 +3,13 @@ moves, pages, follows the mouse and stays in view, as DataTable's does."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 
 from backstep.tui.rowlist import RowList
 from tests.test_tui import pilot
@@ -33,6 +37,15 @@ class NumbersApp(App[None]):
         yield Numbers()
 
 
+@asynccontextmanager
+async def mounted() -> AsyncIterator[tuple[NumbersApp, Pilot[None], Numbers]]:
+    """The app at 20x12 (11 rows under the header), drawn once."""
+    app = NumbersApp()
+    async with app.run_test(size=(20, 12)) as pilot:
+        await pilot.pause()
+        yield app, pilot, app.query_one(Numbers)
+
+
 def style(panel: Numbers, y: int) -> Style | None:
     """The style of line ``y``'s first cell."""
     return next(iter(panel.render_line(y))).style
@@ -45,10 +58,7 @@ def lines(app: NumbersApp) -> list[str]:
 
 @pilot
 async def test_only_rows_drawn_are_made_and_forgotten_ones_again() -> None:
-    app = NumbersApp()
-    async with app.run_test(size=(20, 12)) as pilot:
-        await pilot.pause()
-        panel = app.query_one(Numbers)
+    async with mounted() as (app, pilot, panel):
         shown = lines(app)
         assert shown[0].startswith("row")
         assert shown[1].startswith("0   v0") and shown[11].startswith("10  v0")
@@ -67,10 +77,7 @@ async def test_only_rows_drawn_are_made_and_forgotten_ones_again() -> None:
 
 @pilot
 async def test_the_cursor_moves_pages_and_stays_in_view() -> None:
-    app = NumbersApp()
-    async with app.run_test(size=(20, 12)) as pilot:
-        await pilot.pause()
-        panel = app.query_one(Numbers)
+    async with mounted() as (app, pilot, panel):
         panel.focus()
         await pilot.press("down", "down")
         assert panel.cursor_row == 2 and panel.scroll_y == 0
@@ -95,10 +102,7 @@ async def test_the_cursor_moves_pages_and_stays_in_view() -> None:
 
 @pilot
 async def test_the_cursor_and_the_mouse_rows_are_drawn_in_their_styles() -> None:
-    app = NumbersApp()
-    async with app.run_test(size=(20, 12)) as pilot:
-        await pilot.pause()
-        panel = app.query_one(Numbers)
+    async with mounted() as (app, pilot, panel):
         plain = style(panel, 2)
         cursor = style(panel, 1)
         assert plain is not None and cursor is not None
