@@ -1,8 +1,9 @@
 """The leaves panel: each leaf's .grad before this pass and now, and gradient flow per parameter.
 
 Only the rows in view are made and drawn (``RowList``), so a model with thousands of parameters
-costs the same to show as one with three; each row ends in a bar of its gradient norm (log scale when the
-norms span more than two decades): the gradient-flow picture people otherwise draw by hand.
+costs the same to show as one with three; each row ends in a bar of its gradient norm (log scale
+when the norms span more than two decades): the gradient-flow picture people otherwise draw by
+hand.
 """
 
 from __future__ import annotations
@@ -155,7 +156,6 @@ class LeavesPanel(RowList):
         self._wanted: list[object] = []  # what each row's text is to be made from
         self._row_source: tuple[Snapshot, dict[str, Accumulation], Scale] | None = None
         self._widths: tuple[int, ...] = tuple(w for _, w, _ in COLUMNS)
-        self._shown: Snapshot | None = None
 
     def on_mount(self) -> None:
         self.set_header(self._header_text())
@@ -199,7 +199,6 @@ class LeavesPanel(RowList):
         if key == self._key and key is not None:
             return
         self._key = key
-        self._shown = snapshot
         if view is None:
             self._reset([])
             set_title(self, "Leaves (.grad)")
