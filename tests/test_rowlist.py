@@ -29,7 +29,7 @@ class Numbers(RowList):
 
     def row_text(self, index: int) -> Text:
         self.made.append(index)
-        return Text(f"{index:<4}v{self.version:<4}")
+        return Text(f"{index:<4}v{self.version:<4}", style="italic" if index == 7 else "")
 
 
 class NumbersApp(App[None]):
@@ -116,3 +116,5 @@ async def test_the_cursor_and_the_mouse_rows_are_drawn_in_their_styles() -> None
         await pilot.hover(Numbers, offset=(2, 0))  # the header: no row
         await pilot.pause()
         assert style(panel, 3) == plain
+        italic = style(panel, 8)  # a row in one style, with no spans: drawn in it
+        assert italic is not None and italic.italic and italic.bgcolor == plain.bgcolor

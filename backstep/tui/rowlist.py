@@ -176,7 +176,11 @@ class RowList(ScrollView, can_focus=True):
         console = self.app.console
         pre = row_style + part
         post = Style.from_color(part.color) + Style.from_color(bgcolor=part.bgcolor)
-        segments = list(text.render(console, end=""))
+        if text.spans:
+            segments = list(text.render(console, end=""))
+        else:  # rich draws a text without spans in no style, even its own
+            own = console.get_style(text.style, default=Style.null()) if text.style else None
+            segments = [Segment(text.plain, own)]
         short = self._width - text.cell_len
         if short > 0:
             segments.append(Segment(" " * short))
