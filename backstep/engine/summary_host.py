@@ -213,8 +213,12 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
 
 
 _SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
-# the rest of a finite summary's text after its dtype and device, as json.dumps writes it
-_TAIL = '"min":{!r},"max":{!r},"mean":{!r},"norm":{!r},"nonfinite":0'
+
+
+def _tail(low: float, high: float, mean: float, norm: float) -> str:
+    """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
+    (an f-string: ``str.format`` of the same text took 0.5 us more a summary)."""
+    return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r},"nonfinite":0'
 
 
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
@@ -246,8 +250,7 @@ def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float
     if head is None:
         tails: Any = [None] * count
     else:
-        tail = _TAIL.format
-        tails = [head + tail(x, y, m, z) for x, y, m, z in zip(a, b, means, c, strict=True)]
+        tails = [head + _tail(x, y, m, z) for x, y, m, z in zip(a, b, means, c, strict=True)]
     return list(zip(a, b, means, c, tails, strict=True))
 
 
@@ -265,7 +268,7 @@ def _block(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]
     mean_format = _MEAN_FORMAT.get(dtype)
     if mean_format is not None:
         mean = float(mean_format % mean)
-    return (a, b, mean, c, None if head is None else head + _TAIL.format(a, b, mean, c))
+    return (a, b, mean, c, None if head is None else head + _tail(a, b, mean, c))
 
 
 def memory_key(t: torch.Tensor) -> tuple | None:

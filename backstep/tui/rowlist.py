@@ -140,22 +140,21 @@ class RowList(ScrollView, can_focus=True):
         self.virtual_size = Size(self._width, self._count + 1)  # the header is a line
         self.refresh()
 
-    def render_lines(self, crop: Region) -> list[Strip]:
+    def _styles(self) -> tuple[Style, Style, Style, Style]:
+        """The row, header, cursor and hover styles (``rich_style`` walks every ancestor)."""
         get = self.get_component_rich_style
-        self._frame = (self.rich_style, self.get_component_styles("rowlist--header").rich_style,
-                       get("rowlist--cursor"), get("rowlist--hover"))
+        return (self.rich_style, self.get_component_styles("rowlist--header").rich_style,
+                get("rowlist--cursor"), get("rowlist--hover"))
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame = self._styles()  # once a frame, not once a line
         try:
             return super().render_lines(crop)
         finally:
             self._frame = None
 
     def render_line(self, y: int) -> Strip:
-        frame = self._frame
-        if frame is None:
-            get = self.get_component_rich_style
-            frame = (self.rich_style, self.get_component_styles("rowlist--header").rich_style,
-                     get("rowlist--cursor"), get("rowlist--hover"))
-        base, header, cursor, hover = frame
+        base, header, cursor, hover = self._frame or self._styles()
         width = self.size.width
         x = int(self.scroll_x)
         if y == 0:
