@@ -13,7 +13,7 @@ from backstep.tui.format import GLYPHS
 from backstep.tui.graph import GraphPanel
 from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
 from tests.replay_traces import record
-from tests.test_tui import pilot
+from tests.test_tui import pilot, screen_text
 
 SCRIPT = """\
 import torch
@@ -174,6 +174,31 @@ def test_show_end_to_end_in_a_terminal(trace: Path, tmp_path: Path) -> None:
         assert ui.wait() == 0
     finally:
         ui.kill()
+
+
+@pilot
+async def test_show_shows_the_traceback_the_script_ended_with(tmp_path: Path) -> None:
+    """The recorded exit traceback is shown under the console, whether the file is indexed
+    while the UI runs or before it opens (as ``--against`` opens it): the panels are set up
+    once, so nothing set up again hides it."""
+    failing = record(tmp_path, "boom", "import torch\n"
+                     "a = torch.ones(2, requires_grad=True)\n"
+                     "(a * 2).sum().backward()\n"
+                     "raise ValueError('boom after backward')\n")
+    for indexed_first in (False, True):
+        with TraceIndex(failing, partial=True) as index:
+            if indexed_first:
+                index.scan()
+            app = ReplayApp(index)
+            async with app.run_test(size=(140, 42)) as pilot:
+                for _ in range(100):
+                    await pilot.pause(0.02)
+                    if index.done:
+                        break
+                await pilot.pause()
+                view = app.query_one("#console-traceback")
+                assert view.display, indexed_first
+                assert "ValueError: boom after backward" in screen_text(app), indexed_first
 
 
 @pilot

@@ -167,6 +167,13 @@ class BackstepApp(Navigation, BreakpointActions, App[int]):
             self.set_interval(1.0, lambda: end_if_gone(fd, cleanup))
         if self.link is not None:
             self.link.open(self)
+        self._mounted()
+
+    def _mounted(self) -> None:
+        """What a subclass starts once the panels are set up. Textual calls the ``on_mount`` of
+        every class in the MRO, so a subclass adds to this rather than defining ``on_mount``
+        (a second ``on_mount`` calling ``super()`` would set the panels up twice, and hide
+        again what the subclass had shown)."""
 
     def start_message(self) -> dict[str, Any]:
         """The ``start`` command the link sends once the debuggee says hello."""

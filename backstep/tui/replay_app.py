@@ -133,6 +133,7 @@ class ReplayApp(BackstepApp):
         # where the app shares a process (tests)
         self._settle_memory = settle_memory
         self._tidy: Timer | None = None  # collects garbage once the person rests (``tidy``)
+        self._scanning: Timer | None = None  # indexes, then folds, in slices; None when done
         if against is not None:
             self.title += f" --against {against.b.path}"
             self._to_difference()
@@ -150,11 +151,10 @@ class ReplayApp(BackstepApp):
         else:
             self.replay.stop_at(found["pass"], found["step"], "first difference")
 
-    def on_mount(self) -> None:
+    def _mounted(self) -> None:
         if self.against is not None:
             panel = self.query_one(GradientsPanel)
             panel.against, panel.reason = self.against.node, self.against.reason
-        super().on_mount()
         self._post()
         if self.replay.index.done:
             self._indexed()
@@ -163,6 +163,8 @@ class ReplayApp(BackstepApp):
         self._scanning = self.set_interval(0.02, self._scan_more)
 
     def _scan_more(self) -> None:
+        if self._scanning is None:  # stopped: a tick already under way does nothing
+            return
         index = self.replay.index
         if not index.done:
             if index.scan(SCAN_SLICE):
@@ -170,6 +172,7 @@ class ReplayApp(BackstepApp):
             self._refresh_status()
         elif self.replay.carries.work(FOLD_SLICE):
             self._scanning.stop()
+            self._scanning = None
             if self._settle_memory:
                 settle()  # built for good: out of the collector's way from here on
 
