@@ -160,6 +160,19 @@ def test_a_ui_detaches_and_another_attaches_later(jobs, tmp_path: Path) -> None:
     assert job.out.read_text() == "pass 0 4.0\npass 1 12.0\n"
 
 
+def test_a_connected_ui_ended_by_sigterm_detaches_and_gives_the_terminal_back(jobs) -> None:
+    job = jobs("job", "-m", "backstep", "run", "--listen", "127.0.0.1:0", "example.py")
+    ui = connect(jobs, job)
+    ui.expect(r"stopped: start of pass before PowBackward0")
+    shown = len(ui.raw)
+    os.kill(ui.pid, signal.SIGTERM)
+    assert ui.wait() == 128 + signal.SIGTERM
+    ui.pump(0.2)
+    assert b"\x1b[?1049l" in ui.raw[shown:]  # off the alternate screen, as after q
+    assert job.wait() == 0  # released, as when a UI detaches
+    assert job.out.read_text() == PLAIN
+
+
 def test_attach_listen_waits_for_a_ui_and_survives_one_that_vanishes(jobs, tmp_path) -> None:
     (tmp_path / "attached.py").write_text("import backstep\nbackstep.attach()\n" + SCRIPT)
     job = jobs("job", "attached.py", env={"BACKSTEP_LISTEN": "127.0.0.1:0"})

@@ -287,9 +287,11 @@ def test_hangup_ends_the_ui_and_the_debuggee(run_ui) -> None:
     ui = run_ui("example.py")
     ui.expect(r"before PowBackward0")
     debuggees = children_of(ui.pid)
+    shown = len(ui.raw)
     os.kill(ui.pid, signal.SIGHUP)
-    assert ui.wait() is not None
-    time.sleep(0.2)
+    assert ui.wait() == 128 + signal.SIGHUP
+    ui.pump(0.2)
+    assert b"\x1b[?1049l" in ui.raw[shown:]  # the terminal given back: off the alternate screen
     assert debuggees and not any(alive(pid) for pid in debuggees)
 
 

@@ -135,12 +135,16 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from backstep.tui.app import BackstepApp
+    from backstep.tui.hangup import HangUp
 
     link = RemoteLink(channel)
     app = BackstepApp(link, breakpoints=breakpoints,
                       stop_at_pass_start=not args.no_stop_at_start)
-    try:
-        result = app.run()
-    finally:
-        link.close()
+    with HangUp(app) as hang_up:  # ended by a signal: the terminal restored, the link closed
+        try:
+            result = app.run()
+        finally:
+            link.close()
+    if hang_up.code is not None:
+        return hang_up.code
     return int(result) if result is not None else 0

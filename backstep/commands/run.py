@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -80,10 +79,6 @@ def module_missing(name: str) -> str | None:
     return f"{sys.executable}: No module named {top}"
 
 
-def _hang_up(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def launch(
     script: str,
     script_args: list[str],
@@ -121,23 +116,22 @@ def launch(
 
     from backstep.process.launcher import debuggee_command, exit_status
     from backstep.tui.app import BackstepApp
+    from backstep.tui.hangup import HangUp
     from backstep.tui.live import LiveLink
 
     link = LiveLink(debuggee_command(script, script_args, source=source, as_module=as_module))
     app = BackstepApp(link, breakpoints=list(breakpoints),
                       stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, _hang_up)  # the terminal closed or someone ended us: clean up first
-    try:
-        result = app.run()
-    except SystemExit as exc:
-        link.close()
-        return int(exc.code) if isinstance(exc.code, int) else 1
-    finally:
-        link.close()  # idempotent: no orphan even if the UI crashed
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with HangUp(app) as hang_up:  # the terminal closed or someone ended us: clean up first
+        try:
+            result = app.run()
+        except SystemExit as exc:  # a signal while the app was starting
+            link.close()
+            return int(exc.code) if isinstance(exc.code, int) else 1
+        finally:
+            link.close()  # idempotent: no orphan even if the UI crashed
+    if hang_up.code is not None:
+        return hang_up.code
     if result is None:
         return exit_status(link.returncode())
     return int(result)

@@ -68,6 +68,7 @@ def main(args: argparse.Namespace) -> int:
             return 2
         from backstep.traces.diff import Tolerance
         from backstep.tui.against import Against
+        from backstep.tui.hangup import HangUp
         from backstep.tui.replay_app import ReplayApp
 
         against = (Against(index, against_index, Tolerance(args.rtol, args.atol))
@@ -75,5 +76,6 @@ def main(args: argparse.Namespace) -> int:
         app = ReplayApp(index, breakpoints=breakpoints,
                         stop_at_pass_start=not args.no_stop_at_start, note=note, against=against,
                         settle_memory=True)
-        code = app.run()
-    return int(code or 0)
+        with HangUp(app) as hang_up:  # ended by a signal: the terminal restored first
+            code = app.run()
+    return hang_up.code or int(code or 0)
