@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backstep.process import auth, remote
-from tests.test_run_e2e import SCRIPT, Pty
+from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, SCRIPT, Pty
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="needs a pty"),
@@ -164,11 +164,9 @@ def test_a_connected_ui_ended_by_sigterm_detaches_and_gives_the_terminal_back(jo
     job = jobs("job", "-m", "backstep", "run", "--listen", "127.0.0.1:0", "example.py")
     ui = connect(jobs, job)
     ui.expect(r"stopped: start of pass before PowBackward0")
-    shown = len(ui.raw)
-    os.kill(ui.pid, signal.SIGTERM)
-    assert ui.wait() == 128 + signal.SIGTERM
-    ui.pump(0.2)
-    assert b"\x1b[?1049l" in ui.raw[shown:]  # off the alternate screen, as after q
+    code, written = ui.end_by(signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM
+    assert LEAVE_ALTERNATE_SCREEN in written  # the terminal given back, as after q
     assert job.wait() == 0  # released, as when a UI detaches
     assert job.out.read_text() == PLAIN
 

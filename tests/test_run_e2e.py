@@ -100,6 +100,9 @@ class Screen:
         return "\n".join("".join(row).rstrip() for row in self.grid)
 
 
+LEAVE_ALTERNATE_SCREEN = b"\x1b[?1049l"  # what Textual writes as it gives the terminal back
+
+
 class Pty:
     """``backstep run`` on a 140x42 pseudo-terminal."""
 
@@ -155,6 +158,15 @@ class Pty:
                 return self.status
             self.pump(0.1)
         return None
+
+    def end_by(self, sig: int) -> tuple[int | None, bytes]:
+        """Send ``sig`` to the UI and wait for it to end: its exit code (None: it never
+        ended), and what it wrote from the signal on."""
+        shown = len(self.raw)
+        os.kill(self.pid, sig)
+        code = self.wait()
+        self.pump(0.2)
+        return code, self.raw[shown:]
 
     def kill(self) -> None:
         if self.status is None:
@@ -287,11 +299,9 @@ def test_hangup_ends_the_ui_and_the_debuggee(run_ui) -> None:
     ui = run_ui("example.py")
     ui.expect(r"before PowBackward0")
     debuggees = children_of(ui.pid)
-    shown = len(ui.raw)
-    os.kill(ui.pid, signal.SIGHUP)
-    assert ui.wait() == 128 + signal.SIGHUP
-    ui.pump(0.2)
-    assert b"\x1b[?1049l" in ui.raw[shown:]  # the terminal given back: off the alternate screen
+    code, written = ui.end_by(signal.SIGHUP)
+    assert code == 128 + signal.SIGHUP
+    assert LEAVE_ALTERNATE_SCREEN in written  # the terminal given back, as after q
     assert debuggees and not any(alive(pid) for pid in debuggees)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -206,16 +205,14 @@ async def test_show_shows_the_traceback_the_script_ended_with(tmp_path: Path) ->
 def test_show_ended_by_sigterm_gives_the_terminal_back(trace: Path, tmp_path: Path) -> None:
     import signal
 
-    from tests.test_run_e2e import Pty
+    from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, Pty
 
     ui = Pty(["-m", "backstep", "show", str(trace)], tmp_path)
     try:
         ui.expect(r"step 1 of 6  start of pass before SumBackward0")
-        shown = len(ui.raw)
-        os.kill(ui.pid, signal.SIGTERM)
-        assert ui.wait() == 128 + signal.SIGTERM
-        ui.pump(0.2)
-        assert b"\x1b[?1049l" in ui.raw[shown:]  # off the alternate screen, as after q
+        code, written = ui.end_by(signal.SIGTERM)
+        assert code == 128 + signal.SIGTERM
+        assert LEAVE_ALTERNATE_SCREEN in written  # the terminal given back, as after q
     finally:
         ui.kill()
 
