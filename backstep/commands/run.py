@@ -125,8 +125,7 @@ def launch(
     with HangUp(app) as hang_up:  # the terminal closed or someone ended us: clean up first
         try:
             result = app.run()
-        except SystemExit as exc:  # a signal while the app was starting
-            link.close()
+        except SystemExit as exc:  # a signal while the app was starting (closed below)
             return int(exc.code) if isinstance(exc.code, int) else 1
         finally:
             link.close()  # idempotent: no orphan even if the UI crashed
