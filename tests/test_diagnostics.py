@@ -63,6 +63,7 @@ def diagnose(path: Path) -> list[dict[str, Any]]:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 runpy.run_path(str(path), run_name="__main__")
+            doctor.emit({"event": "exit", "code": 0, "traceback": None})
             if any(e.get("retain_graph") for e in recorder.of("pass_begin")):
                 gc.collect()  # retained graphs caught in reference cycles report release now
         finally:

@@ -9,10 +9,12 @@ unchanged, and after it any ``diagnosis`` events it gave rise to::
      "related" ([{role, file, line, code}]: other lines the message names)}
 
 Kinds: graph_freed, inplace_modified, nonfinite, grad_accumulating, retain_graph_unused,
-grad_none. Each cause is reported once. Diagnoses are read off events (see
-``diagnostics_rules``); the one exception is ``grad_none``, which also looks at the caller's
-modules once per backward call site and at PyTorch's non-leaf ``.grad`` warning
-(``install()``/``uninstall()`` wrap ``warnings.showwarning`` for the session).
+grad_none. Each cause is reported once. Diagnoses are read off events (see ``rules``), and
+judged on what happened, not on what might: ``grad_none`` also looks at the caller's modules
+once per backward call site (reported at the pass's end, for the parameters that still got no
+gradient, nested passes included) and at PyTorch's non-leaf ``.grad`` warning
+(``install()``/``uninstall()`` wrap ``warnings.showwarning`` for the session);
+``grad_accumulating`` watches ``optimizer.step()`` (see ``accumulating``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import sys
 import threading
 from typing import Any
 
-from backstep.engine.diagnostics.grad_none import ParameterCheck, WarningHook
+from backstep.engine.diagnostics.accumulating import ManualUpdates, OptimizerSteps
+from backstep.engine.diagnostics.grad_none import WarningHook
 from backstep.engine.diagnostics.rules import EventRules, Found
+from backstep.engine.diagnostics.untouched import ParameterCheck
 from backstep.engine.recorder import Sink, emit_all
 
 MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, not repeated
@@ -43,10 +47,14 @@ class Diagnostician:
         self._warnings = WarningHook(self._report, lambda: self._rules.last_pass)
         self._seen: set[tuple[Any, ...]] = set()
         self._lock = threading.RLock()
+        self._steps = OptimizerSteps(self._report, self._lock)
+        self._manual = ManualUpdates()
         self._local = threading.local()
 
     # -- Sink ----------------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "exit":
+            self._before_exit()
         local = self._local
         collected = getattr(local, "collected", None)
         if collected is not None:
@@ -123,11 +131,16 @@ class Diagnostician:
 
     # -- session -------------------------------------------------------------------------------
     def install(self) -> None:
-        """Start watching for PyTorch's non-leaf ``.grad`` warning."""
+        """Start watching for PyTorch's non-leaf ``.grad`` warning (and, from the first pass
+        on, optimizer steps)."""
         self._warnings.install()
+        self._steps.enabled = True
 
     def uninstall(self) -> None:
         self._warnings.uninstall()
+        with self._lock:
+            self._steps.enabled = False
+            self._steps.disarm()
 
     def __enter__(self) -> Diagnostician:
         self.install()
@@ -146,9 +159,20 @@ class Diagnostician:
         if kind not in _ANALYSED:
             return _NOTHING
         with self._lock:
-            found = self._rules.feed(event)
-            if kind == "pass_begin":
-                found = [*found, *self._params.check(event, sys._getframe(1))]
+            if kind == "accumulate":
+                if not self._steps.stepped:  # hand-made updates: no optimizer to watch
+                    self._manual.accumulate(event)
+                return _NOTHING
+            found: list[Found] = []
+            if kind == "pass_end":
+                self._steps.end(event)
+                caller = self._rules.callers.get(event.get("pass", 0))
+                found = [*self._manual.end(event, caller), *self._params.end(event)]
+            elif kind == "pass_begin":
+                self._steps.arm()
+                self._steps.begin(event)
+                self._params.begin(event, sys._getframe(1))
+            found = [*self._rules.feed(event), *found]
             return self._once(found) if found else _NOTHING
 
     def _once(self, found: list[Found]) -> list[dict[str, Any]]:
@@ -159,6 +183,16 @@ class Diagnostician:
             self._seen.add(key)
             out.append(diag)
         return out
+
+    def _before_exit(self) -> None:
+        """What waited for more passes is said before the script's end is."""
+        try:
+            with self._lock:
+                out = self._once(self._params.exit())
+        except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+            return
+        for diag in out:
+            self.inner.emit(diag)
 
     def _report(self, found: Found) -> None:
         """A diagnosis found outside the event stream (a warning)."""

@@ -1,15 +1,10 @@
-"""``grad_none``: a ``.grad`` that stays None, and why.
+"""``grad_none``: the ``.grad`` of a non-leaf tensor read (parameters that backward passes give
+no gradient are ``untouched``'s).
 
-Two ways in:
-- PyTorch warns when ``.grad`` of a non-leaf tensor is read. ``WarningHook`` wraps
-  ``warnings.showwarning`` while a session runs: the warning is still shown exactly as before
-  (same function, same message object), and the read is reported with the tensor's name and
-  the node that made it.
-- At the start of a ``backward()`` pass, parameters of the modules in the caller's frames that
-  are not in the pass's graph while other parameters of the same module are: frozen
-  (requires_grad False) or not reached by the loss (unused, detached, under no_grad). A module
-  the loss does not touch at all is left alone: that is usually on purpose (a GAN's other
-  network, another head). Checked once per backward call site: a training loop pays once.
+PyTorch warns when ``.grad`` of a non-leaf tensor is read. ``WarningHook`` wraps
+``warnings.showwarning`` while a session runs: the warning is still shown exactly as before
+(same function, same message object), and the read is reported with the tensor's name and the
+node that made it.
 
 Reads attributes (names, requires_grad, grad_fn metadata); never computes on a tensor. Imports
 torch only when torch is in use: a session may wrap its sink before the script imports torch.
@@ -28,7 +23,6 @@ from backstep.engine.diagnostics import text
 from backstep.engine.diagnostics.rules import Found, diagnosis, source_key
 
 NON_LEAF_WARNING = "not a leaf Tensor is being accessed"
-MAX_PARAMS = 20_000
 _GRAD_READ = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.grad\b")
 _ID_KEY = "backstep.id"
 _SOURCE_KEY = "backstep.source"
@@ -167,158 +161,3 @@ def _lookup(expr: str, frame: Any) -> Any:
         else:
             return None
     return value
-
-
-class ParameterCheck:
-    """Parameters of the caller's modules that a ``backward()`` pass gives no gradient."""
-
-    def __init__(self) -> None:
-        self._checked: set[tuple[Any, Any]] = set()
-
-    def check(self, event: dict[str, Any], start: Any) -> list[Found]:
-        if event.get("api") != "backward" or event.get("parent") is not None:
-            return []
-        caller = event.get("caller")
-        key = source_key(caller)
-        if key in self._checked or len(self._checked) > 10_000:
-            return []
-        self._checked.add(key)
-        leaves = {n.get("leaf") for n in event.get("nodes") or () if n.get("leaf")}
-        if not leaves:
-            return []
-        from backstep.engine import naming
-
-        frame = naming.user_frame(start)
-        roots = _caller_modules(frame)
-        if not roots:
-            return []
-        params = {id(p): p for _, module in roots for p in _parameters(module)}
-        found_names = naming.find_names(params, frame)
-        frozen: list[str] = []
-        unused: list[str] = []
-        untouched: list[str] = []
-        done: set[int] = set()
-        for var, module in roots:
-            own = [(p, found_names.get(id(p)) or f"{var}.{q}")
-                   for q, p in module.named_parameters()]
-            if not any(name in leaves for _, name in own):
-                # a module the loss does not use at all is often on purpose (GANs, other heads):
-                # mentioned only when a recorded cut (detach / no_grad) explains it
-                untouched.extend(name for p, name in own if p.requires_grad and id(p) not in done)
-                done.update(id(p) for p, _ in own)
-                continue
-            for param, name in own:
-                if name in leaves or id(param) in done:
-                    continue
-                done.add(id(param))
-                (unused if param.requires_grad else frozen).append(name)
-        number = event.get("pass")
-        out: list[Found] = []
-        explained, unused = _explained(unused)
-        whole, _ = _explained(untouched)
-        for cut, names in [(c, n) for c, n in explained] + [({**c, "whole": True}, n)
-                                                             for c, n in whole]:
-            where = f"{_short(cut.get('file'))}:{cut.get('line')}"
-            code = f" (`{cut['code']}`)" if cut.get("code") else ""
-            how = (f"the output of {cut['module']} was detached at {where}{code}"
-                   if cut["kind"] == "detach"
-                   else f"{cut['module']} ran under torch.no_grad() at {where}{code}")
-            they = text.verb(names, "it is", "they are")
-            message = (
-                f"The loss of pass {number} does not depend on {text.names(names)}: {how}, so "
-                f"autograd has no path from the loss back to {text.verb(names, 'it', 'them')} "
-                f"and {they} left without a gradient. If {text.verb(names, 'it', 'they')} should "
-                f"train, drop the {'`.detach()`' if cut['kind'] == 'detach' else '`no_grad`'} "
-                f"there."
-            )
-            source = {"file": cut.get("file"), "line": cut.get("line"), "code": cut.get("code")}
-            if cut.get("whole"):
-                message += (" If that is on purpose (a GAN's generator during the "
-                            "discriminator step, a frozen feature extractor), ignore this.")
-            out.append((("grad_none-cut", *key, cut["module"]), diagnosis(
-                number, "grad_none", f"Cut from the graph: {cut['module']}", message,
-                severity="info" if cut.get("whole") else "warning",
-                source=source if cut.get("file") else caller)))
-        if unused:
-            they, them = text.verb(unused, "it is", "they are"), text.verb(unused, "it", "them")
-            its = text.verb(unused, "its", "their")
-            message = (
-                f"The loss of pass {number} does not depend on {text.names(unused)}: {they} "
-                f"not in its graph, so this backward gives {them} no gradient ({its} .grad is "
-                f"left as it was). Either the forward did not use {them} (an unused layer or "
-                f"branch), or {its} result was cut off from the graph on the way to the loss: by "
-                f"`.detach()`, by computing it under `torch.no_grad()`, or by turning it into a "
-                f"plain number (`.item()`, `.tolist()`, `float(...)`)."
-            )
-            out.append((("grad_none-unused", *key), diagnosis(
-                number, "grad_none", "Parameters the loss does not depend on", message,
-                severity="warning", source=caller)))
-        if frozen:
-            them = text.verb(frozen, "it", "them")
-            message = (
-                f"{text.names(frozen)} {text.verb(frozen, 'gets', 'get')} no gradient from pass "
-                f"{number}: requires_grad is False, so autograd does not track how the loss "
-                f"depends on {them} ({text.verb(frozen, 'it is', 'they are')} frozen). If you "
-                f"meant to train {them}, call `.requires_grad_(True)` on {them} before the "
-                f"forward; if {text.verb(frozen, 'it is', 'they are')} frozen on purpose, "
-                f"ignore this."
-            )
-            out.append((("grad_none-frozen", *key), diagnosis(
-                number, "grad_none", "Frozen parameters get no gradient", message,
-                severity="info", source=caller)))
-        return out
-
-
-def _explained(names: list[str]) -> tuple[list[tuple[dict[str, Any], list[str]]], list[str]]:
-    """Split parameter names into those a recorded graph cut explains (grouped by cut) and
-    the rest."""
-    try:
-        from backstep.engine.provenance.cuts import explain
-    except ImportError:
-        return [], names
-    groups: dict[tuple, tuple[dict[str, Any], list[str]]] = {}
-    rest = []
-    for name in names:
-        cut = explain(name)
-        if cut is None:
-            rest.append(name)
-        else:
-            groups.setdefault((cut["kind"], cut["module"], cut["line"]), (cut, []))[1].append(name)
-    return list(groups.values()), rest
-
-
-def _short(path: str | None) -> str:
-    import os
-
-    return os.path.basename(path) if path else "?"
-
-
-def _parameters(module: Any) -> list[Any]:
-    return [p for _, p in zip(range(MAX_PARAMS), module.parameters(), strict=False)]
-
-
-def _caller_modules(frame: Any) -> list[tuple[str, Any]]:
-    """(variable, module) for the modules held by variables in the user's frames (the frames
-    ``naming.find_names`` searches, so parameter names match the engine's leaf names)."""
-    from torch import nn
-
-    from backstep.engine import naming
-
-    roots: list[tuple[str, Any]] = []
-    seen: set[int] = set()
-    depth = 0
-    while frame is not None and depth < 12:
-        if naming.is_internal(frame.f_code.co_filename):
-            frame = frame.f_back
-            continue
-        depth += 1
-        try:
-            namespace = dict(frame.f_locals)
-        except Exception:  # noqa: BLE001 - a frame we cannot read holds no modules for us
-            namespace = {}
-        for var, value in namespace.items():
-            if isinstance(value, nn.Module) and id(value) not in seen:
-                seen.add(id(value))
-                roots.append((var, value))
-        frame = frame.f_back
-    return roots

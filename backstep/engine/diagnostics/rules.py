@@ -1,5 +1,5 @@
-"""Diagnoses read off the event stream: freed graphs, in-place edits, NaN origins, forgotten
-``zero_grad()``, unneeded ``retain_graph``.
+"""Diagnoses read off the event stream: freed graphs, in-place edits, NaN origins, unneeded
+``retain_graph`` (a forgotten ``zero_grad()`` is judged in ``accumulating``).
 
 ``EventRules.feed(event)`` returns ``(key, diagnosis)`` pairs; the key names the cause, so the
 caller can report each cause once. Only event dicts are read — never a tensor or a node — and
@@ -18,7 +18,6 @@ Found = tuple[tuple[Any, ...], dict[str, Any]]
 
 MAX_PASSES = 4096  # callers remembered, to name the pass that freed a graph
 MAX_FREED = 200_000  # node ids remembered with the pass that freed their saved tensors
-MAX_LEAVES = 100_000
 MAX_RETAINED = 64  # retain_graph passes whose graph is watched for reuse
 MAX_STATUSES = 4096  # saved lists remembered with their statuses (each held: ids stay unique)
 NONFINITE_PER_PASS = 3
@@ -48,8 +47,7 @@ def source_key(source: dict[str, Any] | None) -> tuple[Any, Any]:
 class PassInfo:
     """What one running pass announced: its caller, roots, and its nodes by id."""
 
-    __slots__ = ("number", "parent", "api", "retain", "caller", "roots", "nodes", "origins",
-                 "accumulating")
+    __slots__ = ("number", "parent", "api", "retain", "caller", "roots", "nodes", "origins")
 
     def __init__(self, event: dict[str, Any]) -> None:
         self.number: int = event.get("pass", 0)
@@ -60,7 +58,6 @@ class PassInfo:
         self.roots: set[int] = set(event.get("roots") or ())
         self.nodes: dict[int, dict[str, Any]] = {n["id"]: n for n in event.get("nodes") or ()}
         self.origins = 0
-        self.accumulating: list[tuple[str, int, int]] = []  # (leaf, node id, previous pass)
 
     def parents_of(self, node_id: int) -> list[dict[str, Any]]:
         return [n for n in self.nodes.values() if node_id in (n.get("next") or ())]
@@ -73,7 +70,6 @@ class EventRules:
         self.passes: dict[int, PassInfo] = {}
         self.callers: OrderedDict[int, dict[str, Any] | None] = OrderedDict()
         self.freed_by: OrderedDict[int, int] = OrderedDict()
-        self.leaves: OrderedDict[str, tuple[int, int | None]] = OrderedDict()  # name -> pass, version
         self.last_pass: int | None = None
         # id(a node's saved list) -> (the list, its statuses)
         self._statuses: dict[int, tuple[Any, set[str]]] = {}
@@ -87,8 +83,6 @@ class EventRules:
             self._begin(event)
         elif kind == "node":
             return self.node(event)
-        elif kind == "accumulate":
-            self._accumulate(event)
         elif kind == "pass_end":
             return self._end(event)
         elif kind == "graph_released":
@@ -113,10 +107,8 @@ class EventRules:
                 self.retained.popitem(last=False)
 
     def _end(self, event: dict[str, Any]) -> list[Found]:
-        info = self.passes.pop(event.get("pass", 0), None)
-        if info is None or not info.accumulating:
-            return []
-        return [self._accumulating(info)]
+        self.passes.pop(event.get("pass", 0), None)
+        return []
 
     def _node_info(self, info: PassInfo | None, node_id: int) -> tuple[str | None, Any]:
         node = info.nodes.get(node_id) if info else None
@@ -313,44 +305,6 @@ class EventRules:
                          severity="error", node=node_id, source=source)
         return ("nonfinite", name, *source_key(source), node_id if not source else None), diag
 
-    # -- leaves ------------------------------------------------------------------------------
-    def _accumulate(self, event: dict[str, Any]) -> None:
-        if event.get("retained"):
-            return
-        leaf = event.get("leaf")
-        number = event.get("pass")
-        version = event.get("version")
-        if not isinstance(leaf, str) or number is None:
-            return
-        previous = self.leaves.get(leaf)
-        self.leaves[leaf] = (number, version)
-        self.leaves.move_to_end(leaf)
-        while len(self.leaves) > MAX_LEAVES:
-            self.leaves.popitem(last=False)
-        if previous is None or version is None or previous[1] is None:
-            return
-        stepped = version != previous[1]
-        if stepped and _not_zeroed(event.get("before")):
-            info = self.passes.get(number)
-            if info is not None:
-                info.accumulating.append((leaf, event.get("id"), previous[0]))
-
-    def _accumulating(self, info: PassInfo) -> Found:
-        leaves = [leaf for leaf, _, _ in info.accumulating]
-        first_id = info.accumulating[0][1]
-        previous = info.accumulating[0][2]
-        message = (
-            f"The .grad of {text.names(leaves)} was not reset: pass {info.number} added its "
-            f"gradient to the one left by pass {previous}, and the parameter changed in between "
-            f"(an optimizer step). backward() adds into .grad, it never overwrites it, so every "
-            f"step now uses the sum of all past gradients. Fix: call optimizer.zero_grad() (or "
-            f"model.zero_grad()) once per step, before loss.backward(). If you accumulate over "
-            f"micro-batches on purpose, zero right after each optimizer.step()."
-        )
-        diag = diagnosis(info.number, "grad_accumulating", ".grad keeps accumulating across steps",
-                         message, severity="warning", node=first_id, source=info.caller)
-        return ("grad_accumulating", tuple(leaves)), diag
-
     # -- retained graphs ---------------------------------------------------------------------
     def _released(self, event: dict[str, Any]) -> list[Found]:
         number = event.get("pass")
@@ -386,11 +340,3 @@ def _count(summaries: list[Any]) -> int | None:
         total += bad
     return total
 
-
-def _not_zeroed(before: dict[str, Any] | None) -> bool:
-    """A .grad that was neither set to None nor filled with zeros before the pass."""
-    if before is None:
-        return False
-    if before.get("nonfinite"):
-        return True
-    return not (before.get("min") == 0 and before.get("max") == 0)
