@@ -79,6 +79,11 @@ def node_names(events: list[dict[str, Any]]) -> dict[int, str]:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_pitfall(script: Path) -> None:
+    check_script(script)
+
+
+def check_script(script: Path) -> None:
+    """The script's diagnoses are exactly those its markers expect, at their lines."""
     expected, related = expectations(script)
     events = diagnose(script)
     names = node_names(events)

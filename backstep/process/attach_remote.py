@@ -68,6 +68,8 @@ class _RemoteAttachment(_Attachment):
         server = self.server
         if server is not None and server.channel is not None:
             code = 1 if getattr(sys, "last_value", None) is not None else 0
+            if self.diagnostician is not None:
+                self.diagnostician.finish()
             server.emit({"event": "exit", "code": code, "traceback": None})
         self.stop()
 

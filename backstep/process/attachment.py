@@ -391,6 +391,8 @@ class _UIAttachment(_Attachment):
             # an uncaught exception has been printed and left in sys.last_value by now;
             # sys.exit(N)'s N is not visible to atexit handlers, so a clean end reads as 0
             code = 1 if getattr(sys, "last_value", None) is not None else 0
+            if self.diagnostician is not None:
+                self.diagnostician.finish()
             channel.send({"event": "exit", "code": code, "traceback": None})
             with contextlib.suppress(Exception):
                 process.wait()

@@ -54,7 +54,7 @@ class Diagnostician:
     # -- Sink ----------------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
         if event.get("event") == "exit":
-            self._before_exit()
+            self.finish()
         local = self._local
         collected = getattr(local, "collected", None)
         if collected is not None:
@@ -184,8 +184,9 @@ class Diagnostician:
             out.append(diag)
         return out
 
-    def _before_exit(self) -> None:
-        """What waited for more passes is said before the script's end is."""
+    def finish(self) -> None:
+        """The script is ending: say what waited for more passes (before its ``exit`` event;
+        a sink that sends ``exit`` itself calls this first)."""
         try:
             with self._lock:
                 out = self._once(self._params.exit())
