@@ -145,22 +145,24 @@ class OptimizerSteps:
     def _consume(self, optimizer: Any, frame: Any) -> Found | None:
         self.stepped = True
         consumed = self._consumed
+        get, ref = consumed.get, weakref.ref
         used: list[tuple[Any, int]] = []  # (parameter, stale pass) whose stale .grad this uses
         for group in optimizer.param_groups:
             for param in group["params"]:
                 grad = param.grad
                 if grad is None:
                     continue
-                entry = consumed.get(id(param))
-                if entry is not None and entry.param() is param:
-                    if (entry.stale is not None and entry.grad() is grad
-                            and grad._version == entry.version):
-                        used.append((param, entry.stale))
-                    if entry.grad() is not grad:
-                        entry.grad = weakref.ref(grad)
-                    entry.version, entry.watching, entry.stale = grad._version, None, None
-                else:
+                entry = get(id(param))
+                if entry is None or entry.param() is not param:
                     consumed[id(param)] = _Consumed(param, grad)
+                    continue
+                version = grad._version
+                if entry.grad() is grad:
+                    if entry.stale is not None and version == entry.version:
+                        used.append((param, entry.stale))
+                else:
+                    entry.grad = ref(grad)
+                entry.version, entry.watching, entry.stale = version, None, None
         if len(consumed) > 2 * MAX_LEAVES:
             for key in [k for k, e in consumed.items() if e.param() is None]:
                 del consumed[key]
