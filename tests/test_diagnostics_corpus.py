@@ -62,3 +62,11 @@ def test_the_step_hook_keeps_no_tensor_alive_and_goes_with_the_session() -> None
         doctor.uninstall()
     assert len(hooks) == count
     assert [d["kind"] for d in recorder.of("diagnosis")] == ["grad_accumulating"]
+
+
+def test_every_kind_has_a_seeded_bug() -> None:
+    """The bug half of the corpus (here and in tests/pitfalls) seeds every diagnosis kind."""
+    kinds = {kind for script in [*SCRIPTS, *PITFALLS.glob("*.py")]
+             for kind, _, _ in expectations(script)[0]}
+    assert kinds == {"graph_freed", "inplace_modified", "nonfinite", "grad_accumulating",
+                     "retain_graph_unused", "grad_none"}
