@@ -102,9 +102,10 @@ class ParameterCheck:
             if window.watching != number:
                 continue
             window.watching = None
-            if event.get("status") == "error" and number == window.number:
-                self._windows.remove(window)  # an aborted pass proves nothing: judge the next
-                self._checked.discard(window.key)
+            if event.get("status") == "error":  # an aborted pass proves nothing
+                if number == window.number:  # judge the call site's next pass instead
+                    self._windows.remove(window)
+                    self._checked.discard(window.key)
                 continue
             window.untouched = [u for u in window.untouched if not u.got_gradient()]
             window.left -= 1
