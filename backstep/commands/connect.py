@@ -52,6 +52,7 @@ class RemoteLink:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
+        channel.shown = True  # a peer's strings reach the screen: made printable as they arrive
 
     def open(self, app: BackstepApp) -> None:
         threading.Thread(target=self._serve, args=(app,), name="backstep-link",
@@ -111,6 +112,7 @@ def _token(given: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep.commands import say
     from backstep.process import auth, remote
 
     try:
@@ -127,12 +129,11 @@ def main(args: argparse.Namespace) -> int:
     where = remote.format_address(*address)
     try:
         channel = remote.connect(address, token, timeout=args.timeout)
-    except auth.HandshakeError as exc:
-        print(f"backstep connect: {where}: {exc}", file=sys.stderr)
+    except auth.HandshakeError as exc:  # may be the peer's words: whoever answers there
+        say("connect", f"{where}: {exc}")
         return 2
     except OSError as exc:
-        print(f"backstep connect: cannot reach {where}: {exc.strerror or exc}",
-              file=sys.stderr)
+        say("connect", f"cannot reach {where}: {exc.strerror or exc}")
         return 2
     from backstep.tui.app import BackstepApp
     from backstep.tui.hangup import HangUp
