@@ -25,13 +25,14 @@ def _evil(name: str) -> str:
     return f"{name}{EVIL}"
 
 
-def hostile_events(grad_scale: float = 1.0) -> list[dict[str, Any]]:
-    """``example_events()`` as a trace (no ``stopped`` events) with every string made hostile;
-    ``grad_scale`` changes MulBackward0's outgoing gradient (a second trace for ``diff``)."""
+def hostile_events(grad_scale: float = 1.0, stops: bool = False) -> list[dict[str, Any]]:
+    """``example_events()`` as a trace (``stops``: as a live session sends them, ``stopped``
+    events and all) with every string made hostile; ``grad_scale`` changes MulBackward0's
+    outgoing gradient (a second trace for ``diff``)."""
     events: list[dict[str, Any]] = []
     for event in example_events():
         kind = event["event"]
-        if kind == "stopped":
+        if kind == "stopped" and not stops:
             continue
         event = json.loads(json.dumps(event))
         if kind == "session":
@@ -45,17 +46,17 @@ def hostile_events(grad_scale: float = 1.0) -> list[dict[str, Any]]:
                     node["module"] = _evil("enc.[/].lin")
                     node["source"] = {"file": SCRIPT, "line": 3, "code": EVIL}
             event["caller"] = {"file": _evil(SCRIPT), "line": 9, "code": EVIL}
-        elif kind == "node":
+        elif kind in ("node", "stopped"):
             if event["name"] != "AccumulateGrad":
                 event["name"] = _evil(event["name"])
             for item in event["saved"]:
                 item["name"] = _evil(item["name"])
                 if item["dtype"]:
                     item["dtype"] = _evil(item["dtype"])
-            for summary in event["grad_inputs"] + event["grad_outputs"]:
+            for summary in event.get("grad_inputs", []) + event["grad_outputs"]:
                 summary["device"] = _evil("cpu")
             if event["name"].startswith("MulBackward0") and grad_scale != 1.0:
-                for summary in event["grad_inputs"]:
+                for summary in event.get("grad_inputs", []):
                     summary["norm"] *= grad_scale
                     summary["values"] = [v * grad_scale for v in summary["values"]]
         elif kind == "accumulate":

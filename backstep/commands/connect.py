@@ -47,6 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+REASON = 200  # characters of a refusal's reason shown (the peer chose them)
+
+
 class RemoteLink:
     """The app's way to a script over an authenticated TCP channel."""
 
@@ -112,6 +115,7 @@ def _token(given: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep import safe_text
     from backstep.commands import say
     from backstep.process import auth, remote
 
@@ -129,8 +133,9 @@ def main(args: argparse.Namespace) -> int:
     where = remote.format_address(*address)
     try:
         channel = remote.connect(address, token, timeout=args.timeout)
-    except auth.HandshakeError as exc:  # may be the peer's words: whoever answers there
-        say("connect", f"{where}: {exc}")
+    except auth.HandshakeError as exc:  # maybe the words of whoever answers there, token or not
+        reason = safe_text.printable(str(exc))  # cut as shown, escapes and all
+        say("connect", f"{where}: {reason[:REASON] + '…' if len(reason) > REASON else reason}")
         return 2
     except OSError as exc:
         say("connect", f"cannot reach {where}: {exc.strerror or exc}")
