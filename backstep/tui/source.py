@@ -18,6 +18,12 @@ CONTEXT = 4
 NOTHING = ("", 0, None)  # shown: no source recorded
 
 
+def source_lines(file: str) -> list[str]:
+    """The lines of ``file`` (cached), or none: a trace names any path, and only a regular file
+    is read (``/dev/zero`` would fill the memory, a FIFO would block the UI)."""
+    return linecache.getlines(file) if os.path.isfile(file) else []
+
+
 class SourcePanel(Static):
     """Reads the file named by the node's ``source`` and shows the line in pygments colours."""
 
@@ -49,8 +55,7 @@ class SourcePanel(Static):
         self._shown = (file, line, note)
         where = f"{os.path.basename(file)}:{line}"
         set_title(self, f"Source · {where}" + (f" · {note}" if note else ""))
-        # a trace names any path: only a regular file is read (not /dev/zero, not a FIFO)
-        lines = linecache.getlines(file) if os.path.isfile(file) else []
+        lines = source_lines(file)
         if not lines or line > len(lines):
             code = source.get("code") if source else None
             self.update(Syntax(code or "", "python", line_numbers=True, start_line=line,
