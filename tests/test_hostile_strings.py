@@ -15,6 +15,7 @@ from backstep.cli import main
 from backstep.traces.index import TraceIndex
 from backstep.tui.replay_app import ReplayApp
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
+from tests.replay_traces import record
 from tests.test_tui import pilot, screen_text
 
 # a quoted DOT string, a node statement and an edge statement: nothing else may appear
@@ -113,3 +114,31 @@ async def test_show_steps_through_every_view_and_shows_strings_as_they_read(trac
     assert "[bold]x[/bold][@click=app.quit]q[/][link=http://x]y[/link]" in text  # console
     assert "red \\x1b" not in text and "red line train[v2].py" in text  # CSI dropped
     assert "\\x1b]52;c;ZXZpbA==" in text  # OSC shown, not obeyed
+
+
+REAL = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.ModuleDict({"[/]": torch.nn.Linear(2, 2), "x[b]": torch.nn.Linear(2, 1)})
+print("\\x1b]0;pwned\\x07 \\x1b[31mred\\x1b[0m [bold]x[/bold]")
+model["x[b]"](torch.tanh(model["[/]"](torch.randn(3, 2)))).sum().backward()
+"""
+
+
+@pilot
+async def test_a_real_module_dict_keyed_with_markup_opens_in_the_module_view(tmp_path) -> None:
+    trace = record(tmp_path, "train[v2]", REAL)
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        seen = {}
+        async with app.run_test(size=(160, 44)) as pilot:
+            for key in ["n", "n", "n", "n", "m", "n", "n"]:
+                await pilot.press(key)
+                await pilot.pause()
+                seen[key] = screen_text(app)
+    assert app.control_guard.caught == 0 and not CONTROL.search("".join(seen.values()))
+    assert "─ Modules · pass 1 ─" in seen["m"]
+    assert "├ ▼ x[b]  1✓ 1·" in seen["m"] and "└ ▶ [/]  0✓ 2·" in seen["m"]  # not bold, not lost
+    assert "Source · train[v2].py:6" in seen["n"]
+    assert "\\x1b]0;pwned\\x07 red [bold]x[/bold]" in seen["n"]  # console: colours dropped
