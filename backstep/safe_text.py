@@ -7,7 +7,8 @@ the same sequences in one character. Here every control character (C0, DEL, C1),
 surrogate (it cannot be encoded to print) and every bidirectional override (it reorders what
 the eye reads) is shown as its escape, ``\\x1b``, so it is seen and never obeyed. Textual markup
 (``[/]``, ``[@click=...]``) is the UI's to keep out (``Text`` objects, ``markup=False``); DOT
-quoting is here, for ``backstep export``. Stdlib only: the engine, the CLI and the UI import it.
+quoting is here, for ``backstep export``. Stdlib only: the trace reader, the channel, the CLI
+and the UI import it.
 """
 
 from __future__ import annotations
@@ -74,28 +75,21 @@ def clean(value: Any, key: str = "") -> Any:
             return script_output(value)
         return printable(value, "\n\t" if key in MULTILINE else "")
     if kind is dict:
-        changed: dict[str, Any] | None = None
-        for name, item in value.items():
-            if type(item) in _SCALARS:
-                continue
-            new = clean(item, name)
-            if new is not item:
-                if changed is None:
-                    changed = dict(value)
-                changed[name] = new
-        return value if changed is None else changed
-    if kind is list:
-        out: list[Any] | None = None
-        for i, item in enumerate(value):
-            if type(item) in _SCALARS:
-                continue
-            new = clean(item, key)
-            if new is not item:
-                if out is None:
-                    out = list(value)
-                out[i] = new
-        return value if out is None else out
-    return value
+        places: Any = value.items()
+    elif kind is list:
+        places = enumerate(value)
+    else:
+        return value
+    copy: Any = None
+    for at, item in places:
+        if type(item) in _SCALARS:
+            continue
+        new = clean(item, at if kind is dict else key)
+        if new is not item:
+            if copy is None:
+                copy = kind(value)
+            copy[at] = new
+    return value if copy is None else copy
 
 
 _SCALARS = (int, float, bool, type(None))
