@@ -142,3 +142,18 @@ async def test_a_real_module_dict_keyed_with_markup_opens_in_the_module_view(tmp
     assert "├ ▼ x[b]  1✓ 1·" in seen["m"] and "└ ▶ [/]  0✓ 2·" in seen["m"]  # not bold, not lost
     assert "Source · train[v2].py:6" in seen["n"]
     assert "\\x1b]0;pwned\\x07 red [bold]x[/bold]" in seen["n"]  # console: colours dropped
+
+
+def test_show_that_crashes_does_not_exit_0(traces, monkeypatch, capsys) -> None:
+    """Before issue 29 a crash (MarkupError) printed a traceback and exited 0."""
+    from textual.app import App
+
+    from backstep.tui.source import SourcePanel
+
+    def boom(*args, **kwargs) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(SourcePanel, "show_source", boom)
+    monkeypatch.setattr(ReplayApp, "run", lambda self: App.run(self, headless=True))
+    assert main(["show", str(traces[1])]) == 1
+    assert "RuntimeError: boom" in capsys.readouterr().err

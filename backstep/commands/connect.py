@@ -153,4 +153,6 @@ def main(args: argparse.Namespace) -> int:
             link.close()
     if hang_up.code is not None:
         return hang_up.code
+    if app.return_code:  # the UI crashed (its traceback is printed): not a clean detach
+        return app.return_code
     return int(result) if result is not None else 0

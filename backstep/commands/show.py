@@ -77,4 +77,5 @@ def main(args: argparse.Namespace) -> int:
                         settle_memory=True)
         with HangUp(app) as hang_up:  # ended by a signal: the terminal restored first
             code = app.run()
-    return hang_up.code or int(code or 0)
+    # a UI that crashed printed its traceback and says so in its status (Textual: 1), not 0
+    return hang_up.code or app.return_code or int(code or 0)
