@@ -3,6 +3,7 @@ DOT file sees them; the UI's control guard; the channel that cleans what the UI 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -60,6 +61,9 @@ def test_suspect_finds_every_line_clean_would_change(value: str) -> None:
             raw.encode("utf-8", "surrogatepass")
         assert safe_text.suspect(line)
     assert not safe_text.suspect(b'{"event": "node", "name": "MulBackward0", "x": "a\\"b"}\n')
+    for accents in ({"file": "/home/jos\u00e9/a\u00b7b.py"}, {"n": "\u2026 \u65e5"}):
+        assert not safe_text.suspect(protocol.encode(accents))
+        assert not safe_text.suspect(json.dumps(accents, ensure_ascii=False).encode() + b"\n")
 
 
 def test_dot_strings_and_ids() -> None:
