@@ -5,14 +5,19 @@ the output, no markup is applied (``train[v2].py`` reads so), nothing crashes.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from backstep.cli import main
+from backstep.process.launcher import debuggee_command
 from backstep.traces.index import TraceIndex
+from backstep.tui.app import BackstepApp
+from backstep.tui.live import LiveLink
 from backstep.tui.replay_app import ReplayApp
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
 from tests.replay_traces import record
@@ -157,3 +162,47 @@ def test_show_that_crashes_does_not_exit_0(traces, monkeypatch, capsys) -> None:
     monkeypatch.setattr(ReplayApp, "run", lambda self: App.run(self, headless=True))
     assert main(["show", str(traces[1])]) == 1
     assert "RuntimeError: boom" in capsys.readouterr().err
+
+
+SECOND = """\
+model["e\\x1b]0;t\\x07"] = torch.nn.Linear(2, 2)
+model["e\\x1b]0;t\\x07"](torch.randn(1, 2)).sum().backward()
+raise ValueError("\\x1b]0;title\\x07 [/] [bold]b[/bold]")
+"""
+
+
+def test_backstep_run_of_that_program_shows_its_names_output_and_error_as_they_read(
+        tmp_path) -> None:
+    """The live path (``backstep run``): events over the UI's channel, output over a pipe."""
+    script = tmp_path / "train[v2].py"
+    script.write_text(REAL + SECOND)
+    link = LiveLink(debuggee_command(str(script), [], source=True))
+    app = BackstepApp(link)
+    seen: list[str] = []
+
+    async def run() -> None:
+        async with app.run_test(size=(160, 44)) as pilot:
+            deadline = time.monotonic() + 90
+            while app.snapshot.stop is None:
+                assert time.monotonic() < deadline, "the debuggee never stopped"
+                await pilot.pause(0.05)
+            for key in ["n", "n", "n", "n", "m", "n", "m", "c", "n", "m", "n", "m", "c"]:
+                await pilot.press(key)
+                await pilot.pause(0.1)
+                seen.append(screen_text(app))
+            while app.snapshot.exit is None:
+                assert time.monotonic() < deadline, "the debuggee never exited"
+                await pilot.pause(0.05)
+            await pilot.pause(0.2)
+            seen.append(screen_text(app))
+
+    try:
+        asyncio.run(run())
+    finally:
+        link.close()
+    text = "\n".join(seen)
+    assert app.control_guard.caught == 0 and not CONTROL.search(text)
+    assert "└ ▶ [/]  " in text  # the module view, the name as it reads
+    assert "▼ e\\x1b]0;t\\x07  " in text  # a name with escapes, sent over the channel
+    assert "\\x1b]0;pwned\\x07 red [bold]x[/bold]" in text  # printed: colours dropped, OSC shown
+    assert "ValueError: \\x1b]0;title\\x07 [/] [bold]b[/bold]" in text  # the traceback
