@@ -90,9 +90,10 @@ def test_tui_never_imports_torch() -> None:
     assert not bad
 
 
-def test_protocol_is_stdlib_only() -> None:
-    outside = _roots("backstep.protocol") - set(sys.stdlib_module_names) - {"__future__"}
-    assert not outside
+def test_protocol_and_safe_text_are_stdlib_only() -> None:
+    for shared in ("backstep.protocol", "backstep.safe_text"):  # both sides import them
+        outside = _roots(shared) - set(sys.stdlib_module_names) - {"__future__"}
+        assert not outside, shared
 
 
 def _cycle() -> list[str] | None:

@@ -56,6 +56,14 @@ def target_argv(args: argparse.Namespace) -> list[str]:
     return [args.script, *args.args]
 
 
+def say(who: str, message: str) -> None:
+    """``backstep WHO: message``, one line on stderr with its control characters shown as
+    escapes: a message names files and carries words from a trace or a peer."""
+    from backstep import safe_text
+
+    print(f"backstep {who}: {safe_text.printable(message)}", file=sys.stderr)
+
+
 def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | None:
     """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the
     first that is not a trace and closing those already open: the command then exits 2."""
@@ -68,7 +76,7 @@ def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | Non
     except TraceError as exc:
         for index in opened:
             index.close()
-        print(f"backstep {who}: {exc}", file=sys.stderr)
+        say(who, str(exc))
         return None
     return opened
 

@@ -47,11 +47,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+REASON = 200  # characters of a refusal's reason shown (the peer chose them)
+
+
 class RemoteLink:
     """The app's way to a script over an authenticated TCP channel."""
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
+        channel.shown = True  # a peer's strings reach the screen: made printable as they arrive
 
     def open(self, app: BackstepApp) -> None:
         threading.Thread(target=self._serve, args=(app,), name="backstep-link",
@@ -111,6 +115,8 @@ def _token(given: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep import safe_text
+    from backstep.commands import say
     from backstep.process import auth, remote
 
     try:
@@ -127,12 +133,12 @@ def main(args: argparse.Namespace) -> int:
     where = remote.format_address(*address)
     try:
         channel = remote.connect(address, token, timeout=args.timeout)
-    except auth.HandshakeError as exc:
-        print(f"backstep connect: {where}: {exc}", file=sys.stderr)
+    except auth.HandshakeError as exc:  # maybe the words of whoever answers there, token or not
+        reason = safe_text.printable(str(exc))  # cut as shown, escapes and all
+        say("connect", f"{where}: {reason[:REASON] + '…' if len(reason) > REASON else reason}")
         return 2
     except OSError as exc:
-        print(f"backstep connect: cannot reach {where}: {exc.strerror or exc}",
-              file=sys.stderr)
+        say("connect", f"cannot reach {where}: {exc.strerror or exc}")
         return 2
     from backstep.tui.app import BackstepApp
     from backstep.tui.hangup import HangUp
@@ -147,4 +153,6 @@ def main(args: argparse.Namespace) -> int:
             link.close()
     if hang_up.code is not None:
         return hang_up.code
+    if app.return_code:  # the UI crashed (its traceback is printed): not a clean detach
+        return app.return_code
     return int(result) if result is not None else 0

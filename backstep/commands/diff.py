@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from backstep import safe_text
 from backstep.traces.report import finding_lines, num
 
 
@@ -62,12 +63,15 @@ def _norms(values: list | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """The text report: headline, the birth node with both sides' numbers, a little context."""
-    lines = [f"backstep diff: A = {report['a']}", f"               B = {report['b']}"]
+    """The text report: headline, the birth node with both sides' numbers, a little context.
+    Names, files and code come from the traces: their control characters were made visible as
+    they were read (``TraceIndex``), the paths' are here, and what is left is checked last."""
+    lines = [f"backstep diff: A = {safe_text.printable(str(report['a']))}",
+             f"               B = {safe_text.printable(str(report['b']))}"]
     lines += [f"note: {n}" for n in report["notes"]]
     if report["same"]:
         lines.append(f"no difference ({report['passes'][0]} pass(es) compared)")
-        return "\n".join(lines)
+        return safe_text.lines("\n".join(lines))
     found = report["difference"]
     lines += finding_lines(found, report.get("cause"))
     if report["context"]:
@@ -79,4 +83,4 @@ def render(report: dict[str, Any]) -> str:
             into = "in " if row.get("incoming") else ""
             lines.append(f"  {mark} step {row['step']:<4} {row['node']:<24} "
                          f"{into}{_norms(row['a'])} | {into}{_norms(row['b'])}  {state}")
-    return "\n".join(lines)
+    return safe_text.lines("\n".join(lines))

@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.commands import open_traces
+    from backstep.commands import open_traces, say
+    from backstep.safe_text import DotIdError
     from backstep.traces.dot import to_dot
 
     opened = open_traces("export", args.trace)
@@ -38,17 +39,21 @@ def main(args: argparse.Namespace) -> int:
     index = opened[0]
     with index:
         if index.note():
-            print(f"backstep export: note: {index.note()}", file=sys.stderr)
+            say("export", f"note: {index.note()}")
         numbers = index.numbers()
         if not numbers:
-            print(f"backstep export: {args.trace} has no backward pass", file=sys.stderr)
+            say("export", f"{args.trace} has no backward pass")
             return 2
         number = numbers[0] if args.number is None else args.number
         if number not in index.passes:
-            print(f"backstep export: no pass {number} in {args.trace} (passes "
-                  f"{numbers[0]}-{numbers[-1]})", file=sys.stderr)
+            say("export", f"no pass {number} in {args.trace} (passes "
+                f"{numbers[0]}-{numbers[-1]})")
             return 2
-        text = to_dot(index.read(number))
+        try:
+            text = to_dot(index.read(number))
+        except DotIdError as exc:  # written as DOT it could be an attribute list, a URL
+            say("export", f"{args.trace}: pass {number}: {exc}")
+            return 2
     data = text.encode()
     if args.svg:
         dot = shutil.which("dot")
@@ -58,8 +63,7 @@ def main(args: argparse.Namespace) -> int:
             return 2
         done = subprocess.run([dot, "-Tsvg"], input=data, capture_output=True, check=False)
         if done.returncode != 0:
-            print(f"backstep export: dot failed: {done.stderr.decode(errors='replace').strip()}",
-                  file=sys.stderr)
+            say("export", f"dot failed: {done.stderr.decode(errors='replace').strip()}")
             return 2
         data = done.stdout
     if args.output is None:
@@ -70,7 +74,6 @@ def main(args: argparse.Namespace) -> int:
         with open(args.output, "wb") as out:
             out.write(data)
     except OSError as exc:
-        print(f"backstep export: cannot write {args.output}: {exc.strerror or exc}",
-              file=sys.stderr)
+        say("export", f"cannot write {args.output}: {exc.strerror or exc}")
         return 2
     return 0

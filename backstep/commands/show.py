@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 
 from backstep import protocol
 from backstep.commands.diff import add_tolerance_arguments
@@ -38,13 +37,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.commands import open_traces
+    from backstep.commands import open_traces, say
     from backstep.traces.index import TraceError, TraceIndex
 
     try:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
     except protocol.ProtocolError as exc:
-        print(f"backstep show: {exc}", file=sys.stderr)
+        say("show", str(exc))
         return 2
     opened = open_traces("show", args.trace, partial=True)
     if opened is None:
@@ -57,14 +56,14 @@ def main(args: argparse.Namespace) -> int:
             against_index = TraceIndex(args.against)
         except TraceError as exc:
             index.close()
-            print(f"backstep show: {exc}", file=sys.stderr)
+            say("show", str(exc))
             return 2
     with index, against_index or contextlib.nullcontext():
         note = index.note() if index.done else None
         if note:
-            print(f"backstep show: note: {note}", file=sys.stderr)
+            say("show", f"note: {note}")
         if not index.numbers():
-            print(f"backstep show: {args.trace} has no backward pass to show", file=sys.stderr)
+            say("show", f"{args.trace} has no backward pass to show")
             return 2
         from backstep.traces.diff import Tolerance
         from backstep.tui.against import Against
@@ -78,4 +77,5 @@ def main(args: argparse.Namespace) -> int:
                         settle_memory=True)
         with HangUp(app) as hang_up:  # ended by a signal: the terminal restored first
             code = app.run()
-    return hang_up.code or int(code or 0)
+    # a UI that crashed printed its traceback and says so in its status (Textual: 1), not 0
+    return hang_up.code or app.return_code or int(code or 0)

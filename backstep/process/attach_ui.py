@@ -67,6 +67,7 @@ class AttachLink:
             app.post_message(ServerError(f"could not reach the script: {exc}"))
             app.post_message(Disconnected(None))
             return
+        self.channel.shown = True  # its strings reach the screen: made printable as they arrive
         self.channel.send(app.start_message())
         app.reader.run(self.channel)
         app.post_message(Disconnected(None))

@@ -10,18 +10,21 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from backstep import protocol
+from backstep import protocol, safe_text
 
 
 class Channel:
     """One connected socket carrying JSON lines. ``send`` is thread-safe.
 
     ``max_line`` bounds one incoming line: the debuggee reads small commands, the UI big events.
+    The UI sets ``shown``: what it reads goes to a screen, so every string in it is made
+    printable (``safe_text.clean``) as it arrives; the debuggee reads its commands as sent.
     """
 
     def __init__(self, sock: socket.socket, max_line: int = protocol.MAX_LINE) -> None:
         self.sock = sock
         self.max_line = max_line
+        self.shown = False
         self._file = sock.makefile("rb")
         self._send_lock = threading.Lock()
         self.closed = False
@@ -52,7 +55,13 @@ class Channel:
         if len(line) > self.max_line and not line.endswith(b"\n"):
             self._discard_rest_of_line()
             raise protocol.ProtocolError(f"message longer than {self.max_line} bytes")
-        return protocol.decode(line)
+        message = protocol.decode(line)
+        if self.shown and safe_text.suspect(line):
+            try:
+                message = safe_text.clean(message)
+            except RecursionError:
+                raise protocol.ProtocolError("message nested too deep") from None
+        return message
 
     def incoming(self) -> Iterator[dict[str, Any]]:
         """Messages until the peer leaves; garbage is answered with an ``error`` event and

@@ -2,7 +2,8 @@
 
 Each node is labelled with its name, module and forward line and coloured by how it ended;
 each edge carries the norm of the gradient that flowed along it; each leaf shows its ``.grad``
-norm after the pass. Stdlib only.
+norm after the pass. A trace may come from anyone: ids are written only as integers (an id
+``1 [URL="javascript:..."]`` would be DOT), every label is quoted and escaped. Stdlib only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from backstep.safe_text import DotIdError, dot_id, dot_string
 from backstep.traces.index import Pass
 
 COLOURS = {
@@ -19,10 +21,6 @@ COLOURS = {
     "nan": "#ffcc80",
     "pending": "#fff59d",
 }
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _norm(summary: dict[str, Any] | None) -> str:
@@ -54,8 +52,22 @@ def statuses(one: Pass) -> dict[int, str]:
     return status
 
 
+def _check_ids(one: Pass) -> None:
+    """Every id that will be written as ``n{id}`` is an int (``DotIdError`` otherwise)."""
+    for node in one.nodes:
+        dot_id(node.get("id"))
+        children = node.get("next") or []
+        if not isinstance(children, list):
+            raise DotIdError(f"node {node.get('id')}: next is not a list of ids")
+        for child in children:
+            if child is not None:
+                dot_id(child)
+
+
 def to_dot(one: Pass) -> str:
-    """The DOT text of one pass (edges point the way gradients flow: root to leaves)."""
+    """The DOT text of one pass (edges point the way gradients flow: root to leaves). Raises
+    ``safe_text.DotIdError`` for a node id (or a ``next`` id) that is not an integer."""
+    _check_ids(one)
     status = statuses(one)
     ran = {e["id"]: e for e in one.steps}
     grads = {}
@@ -65,7 +77,7 @@ def to_dot(one: Pass) -> str:
     lines = [f"digraph pass_{one.number} {{",
              '  rankdir=TB; node [shape=box, style="rounded,filled", fontname="monospace", '
              'fontsize=10]; edge [fontname="monospace", fontsize=9];',
-             f"  label={_quote(f'backstep pass {one.number}')}; labelloc=t;"]
+             f"  label={dot_string(f'backstep pass {one.number}')}; labelloc=t;"]
     for node in one.nodes:
         parts = [str(node.get("name"))]
         if node.get("leaf"):
@@ -80,8 +92,8 @@ def to_dot(one: Pass) -> str:
         state = status[node["id"]]
         if state != "ran":
             parts.append(f"({state})")
-        lines.append(f"  n{node['id']} [label={_quote(chr(10).join(parts))}, "
-                     f"fillcolor={_quote(COLOURS[state])}];")
+        lines.append(f"  n{dot_id(node['id'])} [label={dot_string(chr(10).join(parts))}, "
+                     f"fillcolor={dot_string(COLOURS[state])}];")
     for node in one.nodes:
         event = ran.get(node["id"])
         outs = (event or {}).get("grad_inputs") or []
@@ -89,7 +101,7 @@ def to_dot(one: Pass) -> str:
             if child is None:
                 continue
             label = _norm(outs[slot]) if slot < len(outs) else ""
-            attrs = f"label={_quote(label)}" if event else 'style="dashed"'
-            lines.append(f"  n{node['id']} -> n{child} [{attrs}];")
+            attrs = f"label={dot_string(label)}" if event else 'style="dashed"'
+            lines.append(f"  n{dot_id(node['id'])} -> n{dot_id(child)} [{attrs}];")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from backstep import safe_text
 from backstep.protocol import VERSION
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
@@ -242,8 +243,11 @@ class TraceIndex:
         return event.get("event"), number if isinstance(number, int) else None
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
+        raw = self._map[start:end]
         try:
-            event = json.loads(self._map[start:end])
+            event = json.loads(raw)
+            if safe_text.suspect(raw):  # shown by show, diff and export: made printable once
+                event = safe_text.clean(event)
         except (ValueError, RecursionError):
             return None
         return event if isinstance(event, dict) and "event" in event else None

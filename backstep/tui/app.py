@@ -38,6 +38,7 @@ from backstep.tui.reader import Reader
 from backstep.tui.review import Cursor, forward, review_cursor
 from backstep.tui.saved import SavedPanel
 from backstep.tui.search import SearchBar
+from backstep.tui.shown import PlainText
 from backstep.tui.snapshot import Snapshot
 from backstep.tui.source import SourcePanel
 from backstep.tui.status import StatusLine
@@ -61,7 +62,7 @@ class Link(Protocol):
         """The debuggee process's exit status, once it has ended."""
 
 
-class BackstepApp(Navigation, BreakpointActions, App[int]):
+class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
     """``backstep run``'s full-screen UI."""
 
     CSS_PATH = "app.tcss"

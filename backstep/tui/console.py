@@ -1,5 +1,8 @@
 """The console panel: the script's stdout and stderr as they arrive, its traceback, and a line
-for its stdin when it waits for one."""
+for its stdin when it waits for one.
+
+What a script prints reaches the screen as text: its colours and cursor moves are dropped, any
+other escape sequence (a title, a clipboard write) is shown as it reads (``safe_text``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Log, Static
+
+from backstep import safe_text
 
 
 class StdinLine(Input):
@@ -64,13 +69,13 @@ class ConsolePanel(Vertical):
         self.stdin_line.display = False
 
     def write(self, text: str) -> None:
-        self.log_view.write(text)
+        self.log_view.write(safe_text.script_output(text))
 
     def note(self, text: str) -> None:
         """A line from backstep itself, not the script."""
         if self.log_view.line_count and not self.text.endswith("\n"):
             self.log_view.write("\n")
-        self.log_view.write(f"[backstep] {text}\n")
+        self.log_view.write(f"[backstep] {safe_text.lines(text)}\n")
 
     @property
     def text(self) -> str:
@@ -78,7 +83,7 @@ class ConsolePanel(Vertical):
 
     def show_traceback(self, traceback: str) -> None:
         self.traceback_view.update(
-            Syntax(traceback.rstrip("\n"), "pytb", theme="ansi_dark", background_color="default",
+            Syntax(safe_text.lines(traceback.rstrip("\n")), "pytb", theme="ansi_dark", background_color="default",
                    word_wrap=True)
         )
         self.traceback_view.display = True

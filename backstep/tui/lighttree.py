@@ -85,8 +85,11 @@ class LightTree(Tree[T]):
 
     def process_label(self, label: str | Text) -> Text:
         """``Tree.process_label`` (a label's first line) without its copy of a one-line
-        ``Text``: the tree only reads a label (it draws a copy), and a new one replaces it."""
-        if isinstance(label, Text) and "\n" not in label.plain:
+        ``Text``: the tree only reads a label (it draws a copy), and a new one replaces it. A
+        ``str`` is plain text, not markup: labels are names from the trace (``[/]`` is one)."""
+        if isinstance(label, str):
+            label = Text(label)
+        if "\n" not in label.plain:
             return label
         return super().process_label(label)
 

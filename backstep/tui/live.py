@@ -53,6 +53,7 @@ class LiveLink:
                 app.post_message(ServerError("the debuggee did not connect in time"))
             app.post_message(Disconnected(code))
             return
+        channel.shown = True  # its strings reach the screen: made printable as they arrive
         channel.send(app.start_message())
         app.reader.run(channel)  # returns when the stream ends
         code = debuggee.wait(2.0)

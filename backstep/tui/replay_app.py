@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
+from backstep import safe_text
 from backstep.traces.index import TraceIndex
 from backstep.tui.against import Against
 from backstep.tui.app import BackstepApp
@@ -123,7 +124,7 @@ class ReplayApp(BackstepApp):
                          stop_at_pass_start=stop_at_pass_start)
         self.replay = Replay(index)
         self.note = note
-        self.title = f"backstep show {index.path}"
+        self.title = f"backstep show {safe_text.printable(index.path)}"
         self.against = against
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._output_shown = 0  # output events in the console: those printed before the cursor
@@ -135,7 +136,7 @@ class ReplayApp(BackstepApp):
         self._tidy: Timer | None = None  # collects garbage once the person rests (``tidy``)
         self._scanning: Timer | None = None  # indexes, then folds, in slices; None when done
         if against is not None:
-            self.title += f" --against {against.b.path}"
+            self.title += f" --against {safe_text.printable(against.b.path)}"
             self._to_difference()
 
     def _to_difference(self) -> None:

@@ -9,12 +9,19 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
+from backstep import safe_text
 from backstep.tui.focus import Focus
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
 
 CONTEXT = 4
 NOTHING = ("", 0, None)  # shown: no source recorded
+
+
+def source_lines(file: str) -> list[str]:
+    """The lines of ``file`` (cached), or none: a trace names any path, and only a regular file
+    is read (``/dev/zero`` would fill the memory, a FIFO would block the UI)."""
+    return linecache.getlines(file) if os.path.isfile(file) else []
 
 
 class SourcePanel(Static):
@@ -48,7 +55,7 @@ class SourcePanel(Static):
         self._shown = (file, line, note)
         where = f"{os.path.basename(file)}:{line}"
         set_title(self, f"Source · {where}" + (f" · {note}" if note else ""))
-        lines = linecache.getlines(file)
+        lines = source_lines(file)
         if not lines or line > len(lines):
             code = source.get("code") if source else None
             self.update(Syntax(code or "", "python", line_numbers=True, start_line=line,
@@ -59,7 +66,7 @@ class SourcePanel(Static):
             return
         start = max(1, line - CONTEXT)
         end = min(len(lines), line + CONTEXT)
-        code = "".join(lines[start - 1 : end])
+        code = safe_text.lines("".join(lines[start - 1 : end]))
         self.update(Syntax(code, "python", line_numbers=True, start_line=start,
                            highlight_lines={line}, theme="ansi_dark",
                            background_color="default", word_wrap=False), layout=False)
