@@ -44,6 +44,11 @@ class FileBytes:
 
     def read(self, start: int, end: int) -> bytes | None:
         """The bytes ``[start, end)``, or None when the file no longer holds them all."""
+        data = self._some(start, end)
+        return data if len(data) == end - start else None
+
+    def _some(self, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)``, or as many of them as the file still holds."""
         want = end - start
         data = os.pread(self.fd, want, start)
         if len(data) == want:
@@ -53,7 +58,7 @@ class FileBytes:
             more = os.pread(self.fd, want - got, start + got)
             if not more:
                 self._shrunk()
-                return None
+                break
             parts.append(more)
             got += len(more)
         return b"".join(parts)
@@ -66,9 +71,7 @@ class FileBytes:
         shrank."""
         size = self.size
         while start < stop:
-            data = self.read(start, min(size, start + BLOCK))
-            if data is None:
-                return
+            data = self._some(start, min(size, start + BLOCK))
             base, length, at = start, len(data), 0
             find = data.find
             while True:
@@ -77,6 +80,8 @@ class FileBytes:
                     to = newline + 1
                 elif base + length >= size:  # the last line, with no newline
                     to = length
+                elif self.cut is not None:  # the file ends here now: its last line is cut
+                    return
                 elif at:
                     start = base + at  # a line cut by the block: read on from its start
                     break
