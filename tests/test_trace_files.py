@@ -8,11 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from backstep.traces import filebytes
+from backstep.traces import filebytes, long_output
 from backstep.traces.index import TraceError, TraceIndex
 from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
@@ -120,3 +121,47 @@ async def test_show_says_in_one_notification_that_the_trace_was_cut(tmp_path: Pa
                 await pilot.pause()
             told = [n.message for n in app._notifications if "cut" in n.message]
             assert len(told) == 1 and told[0].startswith("t.jsonl: the file was cut to ")
+
+
+def with_output(path: Path, text: str, **extra: object) -> Path:
+    write_transformer_trace(path, passes=1, nodes=5)
+    with path.open("a") as handle:
+        handle.write(json.dumps({"event": "output", "stream": "stderr", "text": text, **extra})
+                     + "\n")
+    return path
+
+
+def test_one_huge_output_event_shows_its_two_ends_without_being_read_whole(
+    tmp_path: Path,
+) -> None:
+    """A 40 MB event (escapes and non-ASCII throughout): only its ends are read and decoded."""
+    text = "".join(f'line {i} é "quoted" \\ ü\n' for i in range(1_400_000))
+    trace = with_output(tmp_path / "t.jsonl", text, truncated=True)
+    with TraceIndex(trace) as index:
+        tracemalloc.start()
+        [(stream, shown)] = index.output(1)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert stream == "stderr" and peak < 4 * long_output.SHOWN * 6 * 4
+    head, hidden, tail = shown.split("\n… ")[0], shown.split("\n… ")[1], shown
+    assert head == text[:long_output.SHOWN]
+    assert tail.endswith(text[-long_output.SHOWN:] + "\n[output truncated]\n")
+    assert hidden.startswith("about ") and " bytes not shown …\n" in hidden
+    assert len(shown) < 3 * long_output.SHOWN
+
+
+def test_a_long_output_event_shows_its_two_ends(tmp_path: Path) -> None:
+    text = "".join(f"{i}\n" for i in range(20_000))
+    with TraceIndex(with_output(tmp_path / "t.jsonl", text)) as index:
+        [(_, shown)] = index.output(1)
+    hidden = len(text) - 2 * long_output.SHOWN
+    assert shown == (f"{text[:long_output.SHOWN]}\n… {hidden:,} characters not shown …\n"
+                     f"{text[-long_output.SHOWN:]}")
+
+
+def test_a_huge_line_that_is_not_an_output_event_as_written_is_named(tmp_path: Path) -> None:
+    trace = with_output(tmp_path / "t.jsonl", "x" * (2 << 20), extra="after the text")
+    with TraceIndex(trace) as index:
+        assert index.output(1) == [("stdout", f"[an output event of "
+                                    f"{trace.stat().st_size - index.output_starts[0]:,} "
+                                    "bytes, not shown]\n")]

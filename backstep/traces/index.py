@@ -28,6 +28,7 @@ from typing import Any
 
 from backstep.protocol import VERSION
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
+from backstep.traces.long_output import LONG, capped, long_line
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
@@ -361,13 +362,19 @@ class TraceIndex:
 
     def output(self, count: int) -> list[tuple[str, str]]:
         """The first ``count`` output events as (stream, text), parsed once and kept (a trace
-        records a bounded amount of output)."""
+        records a bounded amount of output; one event of a trace made elsewhere shows at most
+        its two ends: ``long_output``)."""
         texts = self._output_texts
         for i in range(len(texts), min(count, len(self.output_starts))):
-            event = self._parse(self.output_starts[i], self.output_ends[i]) or {}
+            start, end = self.output_starts[i], self.output_ends[i]
+            if end - start > LONG:
+                texts.append(long_line(self._bytes.read, start, end) or (
+                    "stdout", f"[an output event of {end - start:,} bytes, not shown]\n"))
+                continue
+            event = self._parse(start, end) or {}
             text = event.get("text")
             texts.append((str(event.get("stream") or "stdout"),
-                          (text if isinstance(text, str) else "")
+                          capped(text if isinstance(text, str) else "")
                           + ("\n[output truncated]\n" if event.get("truncated") else "")))
         return texts[:count]
 
