@@ -9,10 +9,8 @@ several threads are interleaved in the file, so each pass keeps its own list of 
 A damaged trace (a killed run, a half-written last line, corrupt lines, a newer schema version)
 opens with what is valid; ``problems`` says what is not, and ``note()`` says it in one line. A
 file that is not a trace at all (or a pipe or device, which has no size) raises ``TraceError``.
-The file is read with ``pread`` (``filebytes``), never mapped: one truncated under a reader while
-open ends the scan where it was cut (``cut``, a problem), and its lines past the cut read as
-unreadable, instead of killing the reader by SIGBUS. Stdlib only: it works where torch is not
-installed.
+The file is read in blocks (``filebytes``), never mapped: one cut while open keeps what was read
+(``cut``), where a mapping died by SIGBUS. Stdlib only: it works where torch is not installed.
 """
 
 from __future__ import annotations
