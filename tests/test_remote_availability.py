@@ -11,24 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from backstep.engine.controller import Controller
-from backstep.process import auth, remote
+from backstep.process import remote
 from backstep.process.refusals import Refusals
-
-TOKEN = auth.new_token()
+from tests.test_remote_auth import TOKEN, listening
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[remote.RemoteServer, tuple[str, int], list[str]]]:
     logs: list[str] = []
-    controller = Controller(lambda event: None)
-    controller.close()
-    server = remote.RemoteServer(("127.0.0.1", 0), {"event": "session"}, token=TOKEN,
-                                 log=logs.append)
-    server.serve(controller)
-    host, port = server.address.rsplit(":", 1)
+    server, _, address = listening(logs)
     try:
-        yield server, (host, int(port)), logs
+        yield server, address, logs
     finally:
         server.close()
 
