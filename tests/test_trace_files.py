@@ -165,3 +165,26 @@ def test_a_huge_line_that_is_not_an_output_event_as_written_is_named(tmp_path: P
         assert index.output(1) == [("stdout", f"[an output event of "
                                     f"{trace.stat().st_size - index.output_starts[0]:,} "
                                     "bytes, not shown]\n")]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_show_outlives_its_trace_being_cut_and_gives_the_terminal_back(tmp_path: Path) -> None:
+    """As ``backstep trace -o same.jsonl`` does to the file ``show`` has open. The index used
+    to map the file: show died by SIGBUS in the alternate screen, mouse mode on."""
+    from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, Pty
+
+    trace = tmp_path / "same.jsonl"
+    write_transformer_trace(trace, passes=40, nodes=400)
+    ui = Pty(["-m", "backstep", "show", str(trace)], tmp_path)
+    try:
+        ui.expect(r"pass 1/")
+        os.truncate(trace, 4096)
+        for _ in range(5):
+            ui.press("]")
+            ui.pump(0.2)
+        ui.expect(r"the file was cut to 4096 bytes while open")
+        ui.press("q")
+        assert ui.wait() == 0
+        assert LEAVE_ALTERNATE_SCREEN in ui.raw
+    finally:
+        ui.kill()
