@@ -44,7 +44,8 @@ class JsonlRecorder:
     A write that fails (a full disk, ``ulimit -f``) is never the script's problem: the first
     failure is kept in ``failure`` and nothing more is written, so the file holds no gap;
     ``close()`` then cuts it back to its last whole line (a valid trace, just shorter) and says
-    where, in one line.
+    where, in one line. (Python ignores SIGXFSZ, as a shell does not: past ``ulimit -f`` a write
+    fails with EFBIG instead of killing the script.)
     """
 
     CACHE = 4096  # summaries remembered (each held, so its id() cannot be reused meanwhile)
