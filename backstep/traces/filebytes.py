@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 BLOCK = 1 << 22  # bytes read at once while walking lines
+SPAN = 1 << 26  # bytes of a pass's lines read at once, to be sliced into lines
 HEAD = 64  # bytes of a line's start that the index looks at
 
 
@@ -62,6 +63,20 @@ class FileBytes:
             parts.append(more)
             got += len(more)
         return b"".join(parts)
+
+    def each(self, starts: Sequence[int], ends: Sequence[int]) -> Iterator[bytes | None]:
+        """The bytes of each line ``[starts[i], ends[i])``, in file order (None: the file no
+        longer holds it); one read for them all when they lie within ``SPAN`` bytes."""
+        if not starts:
+            return
+        low, high = starts[0], ends[-1]
+        data = self.read(low, high) if 0 <= high - low <= SPAN else None
+        if data is None:
+            for start, end in zip(starts, ends, strict=True):
+                yield self.read(start, end)
+            return
+        for start, end in zip(starts, ends, strict=True):
+            yield data[start - low:end - low]
 
     def lines(self, start: int, stop: int) -> Iterator[tuple[bytes, int, int, int, int]]:
         """Each line from byte ``start`` on, until one ends at or past ``stop``, as

@@ -114,8 +114,7 @@ class TraceIndex:
         self._lines: dict[int, tuple[tuple[int, int], PassLines]] = {}  # the latest few
         self.done = False
         self.cut = False  # the file shrank while open (see the module's docstring)
-        refused = not_regular(self.path)
-        if refused is not None:
+        if (refused := not_regular(self.path)) is not None:
             raise TraceError(refused)
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
@@ -185,8 +184,7 @@ class TraceIndex:
                 self.output_ends.append(end)
         self._pos, self._first = start, first
         self._numbers = sorted(self.passes)
-        if self._bytes.cut is not None and not self.cut:
-            self._cut_short()
+        self._cut_short()
         if start < size and not self.cut:
             if self.session is None and not self.passes:
                 return self.scan(budget, until_pass=until_pass)  # nothing to show yet
@@ -196,7 +194,9 @@ class TraceIndex:
         return True
 
     def _cut_short(self) -> None:
-        """The file shrank while open: what was indexed stays, the rest is gone."""
+        """Once the file is found shrunk while open: what was indexed stays, the rest is gone."""
+        if self._bytes.cut is None or self.cut:
+            return
         self.cut = True
         self.problems.append(f"the file was cut to {self._bytes.cut} bytes while open (was "
                              f"{self._bytes.size}): what was read before is kept")
@@ -205,10 +205,8 @@ class TraceIndex:
         if self.session is None and not self.passes:
             raise TraceError(f"{self.path} is not a backstep trace (no session or pass events)")
         if self._corrupt:
-            lines = self._corrupt
-            last = self.lines
-            if lines == [last] and self._bytes.read(self._bytes.size - 1,
-                                                    self._bytes.size) != b"\n":
+            lines, last, size = self._corrupt, self.lines, self._bytes.size
+            if lines == [last] and self._bytes.read(size - 1, size) != b"\n":
                 self.problems.append(f"the last line is cut off (line {last})")
             else:
                 self.problems.append(f"{len(lines)} unreadable line(s) skipped (first: line "
@@ -249,10 +247,11 @@ class TraceIndex:
         return event.get("event"), number if isinstance(number, int) else None
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
-        line = self._bytes.read(start, end)
+        return self._decode(self._bytes.read(start, end))
+
+    def _decode(self, line: bytes | None) -> dict[str, Any] | None:
         if line is None:
-            if not self.cut:
-                self._cut_short()
+            self._cut_short()
             return None
         try:
             event = json.loads(line)
@@ -314,8 +313,7 @@ class TraceIndex:
                 kinds.append(code)
             if len(node_lines) == want:
                 break
-        if self._bytes.cut is not None and not self.cut:
-            self._cut_short()
+        self._cut_short()
         found.found = start
         found.complete = start >= last or self.cut
 
@@ -324,9 +322,10 @@ class TraceIndex:
         lines = self.pass_lines(number)
         codes = {_CODE[k] for k in kinds if k in _CODE}
         found = []
-        for start, end, code in zip(lines.starts, lines.ends, lines.kinds, strict=True):
+        for line, code in zip(self._bytes.each(lines.starts, lines.ends), lines.kinds,
+                              strict=True):
             if code in codes:
-                event = self._parse(start, end)
+                event = self._decode(line)
                 if event is not None:
                     found.append(event)
         return found
@@ -337,8 +336,8 @@ class TraceIndex:
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
         begin: dict[str, Any] = {}
-        for start, end in zip(lines.starts, lines.ends, strict=True):
-            event = self._parse(start, end)
+        for line in self._bytes.each(lines.starts, lines.ends):
+            event = self._decode(line)
             if event is None:
                 continue
             kind = event.get("event")
