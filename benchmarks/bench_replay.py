@@ -15,7 +15,7 @@ the real replay app headless (Textual's ``run_test``) at 140x42:
   last press to its pass drawn;
 - memory: peak traced Python memory while doing all that, and the same for a trace of tiny
   passes (Textual's and the app's own share); the difference is what the trace costs, against
-  one pass's events parsed (the file itself is memory-mapped, not read in).
+  one pass's events parsed (the file itself is read a block at a time, never whole).
 
     python benchmarks/bench_replay.py [--size-mb 1024] [--nodes 2500] [--keys 30]
 

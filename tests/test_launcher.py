@@ -17,7 +17,7 @@ import pytest
 
 from backstep import protocol
 from backstep.process import transport
-from backstep.process.launcher import Debuggee, debuggee_command, exit_status
+from backstep.process.launcher import Debuggee, debuggee_command, exit_status, module_command
 from backstep.tui.messages import ServerError, SnapshotReady
 from backstep.tui.reader import Reader
 
@@ -70,7 +70,7 @@ class Collector:
 
 def test_command_line_follows_the_contract() -> None:
     argv = debuggee_command("train.py", ["--lr", "1"], source=False)
-    assert argv == [sys.executable, "-m", "backstep.engine.debuggee", "--no-source", "--",
+    assert argv == [*module_command("backstep.engine.debuggee"), "--no-source", "--",
                     "train.py", "--lr", "1"]
     assert "--no-source" not in debuggee_command("t.py", [])
     assert exit_status(-9) == 137 and exit_status(3) == 3 and exit_status(None) == 1
@@ -312,3 +312,31 @@ def test_ui_modules_never_import_torch() -> None:
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_debuggee_imports_nothing_from_the_working_directory(tmp_path: Path) -> None:
+    """``python -m`` put the working directory first on sys.path while the debuggee started:
+    a ``secrets.py`` there ran, where ``python /abs/script.py`` never looks. The script still
+    sees python's sys.path: its own directory first."""
+    work, code = tmp_path / "work", tmp_path / "code"
+    work.mkdir()
+    code.mkdir()
+    for name in ("secrets", "json", "socket", "selectors", "argparse", "backstep"):
+        (work / f"{name}.py").write_text(f"open({str(tmp_path / 'planted')!r}, 'a').write("
+                                         f"{name!r})\nfrom random import *\n")
+    script = code / "s.py"
+    script.write_text("import sys\nprint(sys.path[0], sys.argv)\n")
+    out = Collector()
+    child = Debuggee(debuggee_command(str(script), ["a"]), on_output=out, cwd=str(work))
+    child.start()
+    try:
+        channel = child.accept(timeout=60)
+        assert channel is not None and channel.receive()["event"] == "session"
+        channel.send({"cmd": "start", "breakpoints": [], "stop_at_pass_start": True})
+        while channel.receive() is not None:
+            pass
+        out.wait_for("stdout", f"{code} ['{script}', 'a']")
+        assert child.wait(20) == 0
+    finally:
+        child.close()
+    assert not (tmp_path / "planted").exists()

@@ -106,15 +106,20 @@ def test_bad_addresses(text: str) -> None:
         remote.parse_address(text)
 
 
-def test_one_ui_at_a_time_and_refusals_logged_in_one_line() -> None:
-    logs: list[str] = []
+def listening(logs: list[str]) -> tuple[remote.RemoteServer, Controller, tuple[str, int]]:
+    """A server on a free loopback port, serving a closed controller, logging into ``logs``."""
     controller = Controller(lambda event: None)
     controller.close()
     server = remote.RemoteServer(("127.0.0.1", 0), {"event": "session"}, token=TOKEN,
                                  log=logs.append)
     server.serve(controller)
     host, port = server.address.rsplit(":", 1)
-    address = (host, int(port))
+    return server, controller, (host, int(port))
+
+
+def test_one_ui_at_a_time_and_refusals_logged_in_one_line() -> None:
+    logs: list[str] = []
+    server, controller, address = listening(logs)
     try:
         with pytest.raises(auth.HandshakeError, match="wrong token"):
             remote.connect(address, "guess", timeout=5)

@@ -208,3 +208,32 @@ def test_session_arm_leaves_a_torch_without_a_name_alone(
     assert session.capture is None and torch.autograd._engine_run_backward is before
     err = capsys.readouterr().err
     assert err.startswith("backstep needs torch._C._renamed, which torch ") and err.count("\n") == 1
+
+
+# -- the probe runs nothing from the working directory; a failed one is not repeated -----------
+
+def test_the_probe_never_imports_a_torch_py_in_the_working_directory(tmp_path: Path) -> None:
+    """``python -c`` would put the working directory first on sys.path; the script itself
+    (``python /abs/script.py``) never looks there, so neither does the probe."""
+    (tmp_path / "torch.py").write_text("open('planted-torch-ran', 'w').close()\n")
+    (tmp_path / "elsewhere").mkdir()
+    target = job(tmp_path / "elsewhere")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = backstep(tmp_path, env, "trace", "-o", "out.jsonl", str(target))
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr
+    assert not (tmp_path / "planted-torch-ran").exists()
+    assert list((tmp_path / "cache" / "backstep").glob("torch-ok-*")), "the real torch passed"
+
+
+def test_a_torch_that_does_not_import_is_probed_once(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = fake_torch(tmp_path / "broken", "2.99.0")
+    (broken / "torch" / "__init__.py").write_text(
+        "open(__file__ + '.imports', 'a').write('x')\nraise ImportError('broken install')\n")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    monkeypatch.syspath_prepend(str(broken))
+    monkeypatch.setattr(torch_api, "installed_version", lambda: "2.99.0")
+    assert torch_api.check() is None and torch_api.check() is None
+    count = broken / "torch" / "__init__.py.imports"
+    assert count.read_text() == "x", "the second check read the cache"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
+
+BIG = 2000  # nodes above which dot is slow: a pass of 6,380 ran 10 minutes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +28,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="SVG, drawn by Graphviz's `dot` program (must be installed)")
     parser.add_argument("-o", "--output", default=None, metavar="FILE",
                         help="where to write it (default: standard output)")
+    parser.add_argument("--dot-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="with --svg: stop Graphviz after this long (default: 60)")
     parser.set_defaults(handler=main)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,23 +64,18 @@ def main(args: argparse.Namespace) -> int:
             say("export", f"no pass {number} in {args.trace} (passes "
                 f"{numbers[0]}-{numbers[-1]})")
             return 2
+        chosen = index.read(number)
         try:
-            text = to_dot(index.read(number))
+            text = to_dot(chosen)
         except DotIdError as exc:  # written as DOT it could be an attribute list, a URL
             say("export", f"{args.trace}: pass {number}: {exc}")
             return 2
     data = text.encode()
     if args.svg:
-        dot = shutil.which("dot")
-        if dot is None:
-            print("backstep export: --svg needs Graphviz's `dot` program (apt install graphviz, "
-                  "brew install graphviz); --dot writes the DOT text without it", file=sys.stderr)
+        svg = draw(data, number, len(chosen.nodes), args.dot_timeout)
+        if svg is None:
             return 2
-        done = subprocess.run([dot, "-Tsvg"], input=data, capture_output=True, check=False)
-        if done.returncode != 0:
-            say("export", f"dot failed: {done.stderr.decode(errors='replace').strip()}")
-            return 2
-        data = done.stdout
+        data = svg
     if args.output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -77,3 +87,50 @@ def main(args: argparse.Namespace) -> int:
         say("export", f"cannot write {args.output}: {exc.strerror or exc}")
         return 2
     return 0
+
+
+def draw(data: bytes, number: int, nodes: int, timeout: float) -> bytes | None:
+    """The SVG Graphviz draws of ``data``; None after one line on stderr saying why not."""
+    from backstep.commands import say
+
+    dot = shutil.which("dot")
+    if dot is None:
+        say("export", "--svg needs Graphviz's `dot` program (apt install graphviz, "
+            "brew install graphviz); --dot writes the DOT text without it")
+        return None
+    instead = "--dot writes the DOT text at once (draw it elsewhere, or a part of it)"
+    if nodes > BIG:
+        say("export", f"pass {number} has {nodes:,} nodes: Graphviz may take minutes "
+            f"(stopped after {timeout:g} s, --dot-timeout); {instead}")
+    try:
+        done = subprocess.run([dot, "-Tsvg"], input=data, capture_output=True, check=False,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        say("export", f"Graphviz did not finish pass {number} ({nodes:,} nodes) in "
+            f"{timeout:g} s: too big for dot; {instead}, or raise --dot-timeout")
+        return None
+    except OSError as exc:
+        say("export", f"cannot run {dot}: {exc.strerror or exc}")
+        return None
+    if done.returncode != 0:
+        say("export", f"dot failed ({_ended(done.returncode)})"
+            f"{': ' + _said(done.stderr) if done.stderr.strip() else ''}")
+        return None
+    return done.stdout
+
+
+def _ended(code: int) -> str:
+    """How a child ended, in words: its exit status or the signal that killed it."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _said(stderr: bytes, limit: int = 300) -> str:
+    """What a child wrote on stderr, as one line (say() shows its control characters as escapes)."""
+    text = " | ".join(line.strip() for line in stderr.decode(errors="replace").splitlines()
+                      if line.strip())
+    return text if len(text) <= limit else text[:limit] + "…"

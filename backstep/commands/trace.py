@@ -45,12 +45,28 @@ def rank_output(template: str | None) -> str:
     return path
 
 
+def overwrites_source(output: str, script: str | None) -> str | None:
+    """Why writing the trace to ``output`` would destroy code (None: it would not). Opening it
+    truncates it before the script runs: ``-o train.py train.py`` lost the script itself."""
+    if not os.path.exists(output):
+        return None
+    if script is not None and os.path.exists(script) and os.path.samefile(output, script):
+        return f"-o {output} is the script itself: not overwriting it"
+    if output.endswith(".py") and os.path.isfile(output):
+        return f"-o {output} is a Python file: not overwriting it (a trace is .jsonl)"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     problem = torch_problem()
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
     args.output = rank_output(args.output)
+    refused = overwrites_source(args.output, args.script)
+    if refused is not None:
+        print(f"backstep trace: {refused}", file=sys.stderr)
+        return 2
     try:
         stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
     except OSError as exc:
@@ -92,6 +108,7 @@ def main(args: argparse.Namespace) -> int:
             code = run_script(args.script, args.args, on_exit=session.exit)
     for own in recorders[-1:]:
         if not own.abandoned:
-            own.flush()
-            own.stream.close()
+            cut = own.close()
+            if cut is not None:  # the script's exit code stands: the trace is what failed
+                print(cut, file=sys.stderr)
     return code

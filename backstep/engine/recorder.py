@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 from typing import IO, Any, Protocol
 
@@ -38,6 +40,12 @@ class JsonlRecorder:
     ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
     written from the text of each summary: the one it carries (``encoded``), else encoded once
     while it is in use.
+
+    A write that fails (a full disk, ``ulimit -f``) is never the script's problem: the first
+    failure is kept in ``failure`` and nothing more is written, so the file holds no gap;
+    ``close()`` then cuts it back to its last whole line (a valid trace, just shorter) and says
+    where, in one line. (Python ignores SIGXFSZ, as a shell does not: past ``ulimit -f`` a write
+    fails with EFBIG instead of killing the script.)
     """
 
     CACHE = 4096  # summaries remembered (each held, so its id() cannot be reused meanwhile)
@@ -47,6 +55,7 @@ class JsonlRecorder:
         self._lock = threading.Lock()
         self._texts: dict[int, tuple[Any, str]] = {}
         self.abandoned = False
+        self.failure: OSError | None = None  # the first write that failed
 
     def _summaries(self, group: Any) -> str:
         if group is None:
@@ -83,7 +92,7 @@ class JsonlRecorder:
         ).encode()
 
     def emit(self, event: dict[str, Any]) -> None:
-        if self.abandoned:
+        if self.abandoned or self.failure is not None:
             return
         with self._lock:
             try:
@@ -91,14 +100,11 @@ class JsonlRecorder:
                         else self._encode(event))
             except (TypeError, ValueError):
                 data = encode(event)  # raises as it always did for what JSON cannot carry
-            try:
-                self.stream.write(data)
-            except (OSError, ValueError):
-                pass  # a full disk or a closed file must never break the user's script
+            self._write(data)
 
     def emit_many(self, events: list[dict[str, Any]]) -> None:
         """``emit`` each event, with one lock and one write for them all."""
-        if self.abandoned:
+        if self.abandoned or self.failure is not None:
             return
         with self._lock:
             chunks = []
@@ -112,19 +118,54 @@ class JsonlRecorder:
                     except (TypeError, ValueError):
                         chunks.append(encode(event))  # raises as ``emit`` does
             finally:  # what came before an event JSON cannot carry is written, as by ``emit``
-                try:
-                    self.stream.write(b"".join(chunks))
-                except (OSError, ValueError):
-                    pass
+                self._write(b"".join(chunks))
+
+    def _write(self, data: bytes) -> None:
+        if self.failure is not None:
+            return
+        try:
+            self.stream.write(data)
+        except OSError as exc:  # a full disk must never break the user's script
+            self.failure = exc
+        except ValueError:
+            pass  # a closed file (the script closed it): nothing to record into
 
     def flush(self) -> None:
-        if self.abandoned:
+        if self.abandoned or self.failure is not None:
             return
         with self._lock:
             try:
                 self.stream.flush()
-            except (OSError, ValueError):
+            except OSError as exc:
+                self.failure = exc
+            except ValueError:
                 pass
+
+    def close(self) -> str | None:
+        """Flush and close the file; when a write failed, cut it back to its last whole line
+        and return the one line that says so (None when the whole run was recorded)."""
+        with self._lock:
+            try:
+                if self.failure is None:
+                    self.stream.flush()
+            except OSError as exc:
+                self.failure = exc
+            except ValueError:
+                pass
+            try:
+                self.stream.close()
+            except OSError as exc:  # the buffer's last bytes: the file is cut below anyway
+                self.failure = self.failure or exc
+        if self.failure is None:
+            return None
+        name = getattr(self.stream, "name", None)
+        lines = cut_to_whole_lines(name) if isinstance(name, str) else None
+        failure = self.failure
+        why = f"{failure.strerror or failure}" + (
+            f", {errno.errorcode[failure.errno]}" if failure.errno in errno.errorcode else "")
+        where = f"after event {lines}" if lines is not None else "early"
+        return (f"backstep: the trace {name} is cut {where} ({why}): the rest of the run was "
+                "not recorded")
 
 
     def abandon(self) -> None:
@@ -150,3 +191,34 @@ class ListRecorder:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == kind]
+
+
+def cut_to_whole_lines(path: str, block: int = 1 << 16) -> int | None:
+    """Truncate the file after its last newline (a write cut short leaves half a line) and
+    count its lines, the events it holds; None when it cannot be done."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        end = os.fstat(fd).st_size
+        while end > 0:
+            start = max(0, end - block)
+            newline = os.pread(fd, end - start, start).rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+        os.ftruncate(fd, end)
+        lines, at = 0, 0
+        while at < end:
+            data = os.pread(fd, min(block << 6, end - at), at)
+            if not data:
+                break
+            lines += data.count(b"\n")
+            at += len(data)
+        return lines
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

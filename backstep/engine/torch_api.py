@@ -68,6 +68,7 @@ OPTIONAL: dict[str, str] = {
 }
 
 _PROBE_TIMEOUT = 300.0
+_FAILED = "-import-failed"  # suffix of the cache marker of a probe whose torch did not import
 # what the child runs: self-contained, so it works wherever backstep itself is importable or not
 _PROBE = """import sys, torch
 for name in sys.argv[1:]:
@@ -152,7 +153,10 @@ def check() -> str | None:
     torch; a passing answer is cached per torch installation (its path, version and the
     timestamps of its files), so only the first command after an install or upgrade pays for
     one torch import. With no torch installed there is nothing to check: a script that needs it
-    fails on its own ``import torch`` exactly as under plain python.
+    fails on its own ``import torch`` exactly as under plain python. A probe whose torch does not
+    import is remembered too (the script's own import says why, and the debuggee's post-import
+    check still names a missing name), so a broken install costs one failed import, not one per
+    command.
     """
     version = installed_version()
     if version is None:
@@ -162,10 +166,13 @@ def check() -> str | None:
         return problem
     names = list(REQUIRED)
     marker = _cache_marker(version, names)
-    if marker is not None and os.path.exists(marker):
+    failed = None if marker is None else marker + _FAILED
+    if marker is not None and (os.path.exists(marker) or os.path.exists(failed)):
         return None
     missing = _probe(names)
     if missing is None:
+        if failed is not None:
+            _touch(failed, "torch did not import in the probe; the script's import will say why\n")
         return None  # torch does not import: the script's own import will say why
     if missing:
         return names_problem(version, missing)
@@ -175,10 +182,17 @@ def check() -> str | None:
 
 
 def _probe(names: list[str]) -> list[str] | None:
-    """Import torch in a child Python and list which ``names`` it lacks; None if it fails."""
+    """Import torch in a child Python and list which ``names`` it lacks; None if it fails.
+
+    ``-P`` (Python 3.11+): nothing is put before the installed packages on ``sys.path``. A plain
+    ``python -c`` puts the working directory there, so a ``torch.py`` in it would run here,
+    although ``python /abs/script.py`` never looks in the working directory. PYTHONPATH and the
+    user site stay, as for the script, so the probe finds the torch the script would find, except
+    one in the script's own directory (its ``sys.path[0]``): that one is checked after the
+    script's own import, by the debuggee's post-import hook (``check_imported``)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _PROBE, *names],
+            [sys.executable, "-P", "-c", _PROBE, *names],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_PROBE_TIMEOUT,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
@@ -211,10 +225,11 @@ def _cache_marker(version: str, names: list[str]) -> str | None:
         return None
 
 
-def _touch(path: str) -> None:
+def _touch(path: str, text: str = "the private torch names backstep needs were all found\n",
+           ) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as handle:
-            handle.write("the private torch names backstep needs were all found\n")
+            handle.write(text)
     except OSError:
         pass

@@ -44,7 +44,10 @@ class _RemoteAttachment(_Attachment):
         from backstep.process import remote_output
 
         self._restore_output = remote_output.install(self._emit, self._attached)
-        print(self.server.announcement(), file=sys.stderr, flush=True)
+        print(self.server.announcement(self.wait), file=sys.stderr, flush=True)
+        exposed = self.server.exposure()
+        if exposed is not None:
+            print(exposed, file=sys.stderr, flush=True)
         atexit.register(self._at_exit)
         if self.wait:
             try:

@@ -45,6 +45,7 @@ class _TraceAttachment(_Attachment):
         if self.stream is None:
             return
         self._disarm()
-        self.recorder.flush()
-        self.stream.close()
+        cut = self.recorder.close()
+        if cut is not None:
+            print(cut, file=sys.stderr)
         self.stream = None

@@ -34,7 +34,7 @@ _current: _Attachment | None = None
 _torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 CONNECT_TIMEOUT = 30.0
 # then --console R1,R2 --options JSON
-UI_COMMAND = [sys.executable, "-m", "backstep.process.attach_ui"]
+UI_COMMAND = launcher.module_command("backstep.process.attach_ui")
 
 
 def attach(

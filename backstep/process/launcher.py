@@ -28,11 +28,25 @@ DEBUGGEE_MODULE = "backstep.engine.debuggee"
 OutputCallback = Callable[[str, str], Any]  # (text, "stdout" | "stderr")
 
 
+# ``python -m`` puts the working directory first on sys.path while the module starts, so a
+# ``json.py`` or ``secrets.py`` there ran in backstep's own child, where ``python
+# /abs/script.py`` never looks. This runs the module exactly as -m does (runpy, same argv),
+# with that first entry the standard library's directory (searched anyway) until the runner
+# sets it to the script's directory, as python would have it.
+_AS_MODULE = ("import sys; sys.path[0] = __import__('os').path.dirname(__import__('os').__file__)"
+              "; __import__('runpy')._run_module_as_main(sys.argv.pop(1))")
+
+
+def module_command(module: str) -> list[str]:
+    """``python -m module``, without the working directory on sys.path (``_AS_MODULE``)."""
+    return [sys.executable, "-c", _AS_MODULE, module]
+
+
 def debuggee_command(script: str, script_args: list[str], *, source: bool = True,
                      module: str | None = None, as_module: bool = False) -> list[str]:
     """The child's argv, as the contract with the debuggee fixes it (``as_module``: ``script``
     is a module name, run as ``python -m`` runs it)."""
-    return [sys.executable, "-m", module or DEBUGGEE_MODULE,
+    return [*module_command(module or DEBUGGEE_MODULE),
             *([] if source else ["--no-source"]), *(["--module"] if as_module else []),
             "--", script, *script_args]
 

@@ -59,7 +59,10 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
         missing = refuse_missing(script, "backstep run", server)
         if missing is not None:
             return missing
-        print(server.announcement(), file=sys.stderr, flush=True)
+        print(server.announcement(wait), file=sys.stderr, flush=True)
+        exposed = server.exposure()
+        if exposed is not None:
+            print(exposed, file=sys.stderr, flush=True)
         try:
             if wait and not server.wait_for_ui():
                 return 1

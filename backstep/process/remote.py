@@ -7,14 +7,21 @@ controller stops for it exactly as for a local UI. When it leaves (``q`` sends `
 its connection drops, or stops reading for ``SEND_TIMEOUT``), every pause is released and
 nothing stops until the next UI attaches: the script never waits on a UI that is not there.
 
-A connection that fails the handshake is refused, logged in one line on stderr and forgotten;
-it never reaches the controller or the script. Handshakes run on their own threads, at most
-``MAX_HANDSHAKES`` at once, each with a total deadline. Stdlib only (no torch, no textual).
+A connection that fails the handshake is refused and forgotten; it never reaches the
+controller or the script. Refusals are logged on stderr without flooding it (``refusals``: the
+first in full, then one summary line per 10 s). Handshakes run on their own threads, at most
+``MAX_HANDSHAKES`` at once, each with a total deadline. When all are taken, a new connection
+does not wait or get refused: the oldest pending handshake of the address that holds the most
+is let go. Eight silent sockets used to keep the real UI out for the whole 10 s deadline, again
+and again; now a flood from one address cannot push out a UI from another, and one from the UI's
+own address would have to open ``MAX_HANDSHAKES`` connections within the UI's one round trip.
+Stdlib only (no torch, no textual).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import struct
 import sys
@@ -26,12 +33,14 @@ from typing import Any
 from backstep import protocol
 from backstep.process import auth
 from backstep.process.channel import Channel
+from backstep.process.refusals import Refusals
 
 ENV_LISTEN = "BACKSTEP_LISTEN"
 ENV_TOKEN = "BACKSTEP_TOKEN"
 DEFAULT_HOST = "127.0.0.1"
 HANDSHAKE_TIMEOUT = 10.0  # total, from accept to welcome
-MAX_HANDSHAKES = 8  # connections proving themselves at once; more are refused at once
+MAX_HANDSHAKES = 32  # connections proving themselves at once; a new one lets the oldest go
+EVICTED = "too many connections waiting to prove the token (the oldest was let go)"
 SEND_TIMEOUT = 30  # seconds a UI may leave our events unread before it counts as gone
 KEEPALIVE = (30, 10, 3)  # idle seconds, interval, probes: a vanished peer is noticed in ~1 min
 
@@ -50,6 +59,15 @@ def parse_address(text: str, default_host: str = DEFAULT_HOST) -> tuple[str, int
 
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def exposure_of(bound: str, address: str) -> str | None:
+    """The warning for a server bound to IP ``bound`` (None for a loopback address)."""
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(bound.split("%")[0]).is_loopback:
+            return None
+    return (f"backstep: warning: {address} is reachable from the network; the token is the "
+            "only protection (and nothing is encrypted): prefer 127.0.0.1 and an SSH tunnel")
 
 
 def _tune(sock: socket.socket) -> None:
@@ -119,7 +137,10 @@ class RemoteServer:
         self._claim: object | None = None  # the connection that holds the one UI slot
         self._lock = threading.Lock()
         self._started = threading.Event()  # a UI has attached (at least once)
-        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
+        self.refusals = Refusals(log)
+        # the connections proving themselves, oldest first, with their host; those let go
+        self._pending: dict[socket.socket, str] = {}
+        self._evicted: set[socket.socket] = set()
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.create_server((host, port), family=family, backlog=MAX_HANDSHAKES)
@@ -131,10 +152,16 @@ class RemoteServer:
         self.controller = controller
         threading.Thread(target=self._accept_loop, name="backstep-listen", daemon=True).start()
 
-    def announcement(self) -> str:
+    def announcement(self, wait: bool = True) -> str:
         """The one line the job prints on stderr: where, and the token to get in."""
-        return (f"backstep: waiting for a UI on {self.address} (token {self.token}); attach "
+        doing = "waiting for a UI" if wait else "the script runs; a UI may attach"
+        return (f"backstep: {doing} on {self.address} (token {self.token}); attach "
                 f"with: BACKSTEP_TOKEN={self.token} backstep connect {self.address}")
+
+    def exposure(self) -> str | None:
+        """One line of warning when the port is reachable from other machines (None: loopback
+        only): then the token is all that keeps others out."""
+        return exposure_of(str(self.sock.getsockname()[0]), self.address)
 
     # -- the sink ---------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
@@ -160,6 +187,7 @@ class RemoteServer:
     # -- connections ------------------------------------------------------------------------
     def _accept_loop(self) -> None:
         while not self.closed:
+            self.refusals.tick()
             try:
                 sock, peer = self.sock.accept()
             except TimeoutError:
@@ -170,12 +198,30 @@ class RemoteServer:
                 time.sleep(0.05)  # out of fds, say: never spin
                 continue
             who = format_address(str(peer[0]), int(peer[1]))
-            if not self._handshakes.acquire(blocking=False):
-                self.log(f"backstep: refused a UI from {who}: too many connections at once")
-                _refuse(sock, "too many connections at once")
-                continue
+            with self._lock:
+                if len(self._pending) >= MAX_HANDSHAKES:
+                    self._let_go(self._oldest_of_busiest())
+                self._pending[sock] = str(peer[0])
             threading.Thread(target=self._connection, args=(sock, who),
                              name="backstep-remote-ui", daemon=True).start()
+
+    def _oldest_of_busiest(self) -> socket.socket:
+        """The pending handshake to let go: the oldest of the host with the most (lock held)."""
+        counts: dict[str, int] = {}
+        for host in self._pending.values():
+            counts[host] = counts.get(host, 0) + 1
+        busiest = max(counts, key=counts.__getitem__)
+        return next(sock for sock, host in self._pending.items() if host == busiest)
+
+    def _let_go(self, sock: socket.socket) -> None:
+        """End a pending handshake from here (lock held): its thread sees the end and leaves."""
+        del self._pending[sock]
+        self._evicted.add(sock)
+        with contextlib.suppress(OSError):
+            sock.send(protocol.encode(protocol.error_event(f"refused: {EVICTED}")),
+                      socket.MSG_DONTWAIT)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
     def _connection(self, sock: socket.socket, who: str) -> None:
         claim = object()
@@ -192,9 +238,17 @@ class RemoteServer:
             try:
                 auth.serve(sock, self.token, self.handshake_timeout, admit)
             finally:
-                self._handshakes.release()
+                with self._lock:
+                    self._pending.pop(sock, None)
+                    evicted = sock in self._evicted
+                    self._evicted.discard(sock)
+            if evicted:  # let go just as it proved itself: it must come again
+                raise auth.HandshakeError(EVICTED)
         except auth.HandshakeError as exc:
-            self.log(f"backstep: refused a UI from {who}: {exc}")
+            self.refusals.refused(who, EVICTED if evicted else str(exc))
+            with self._lock:
+                if self._claim is claim:
+                    self._claim = None
             _refuse(sock, str(exc))
             return
         except Exception:  # noqa: BLE001 - the peer went away (OSError) or worse: drop it
@@ -233,6 +287,7 @@ class RemoteServer:
         self.controller.reopen(start.get("breakpoints") or [],
                                start.get("stop_at_pass_start", True))
         self._started.set()
+        self.refusals.tick(now=True)  # what was refused before it, first
         self.log(f"backstep: a UI attached from {who}")
         for message in channel.incoming():
             if message.get("cmd") == "detach":
@@ -273,6 +328,7 @@ class RemoteServer:
                 return
             self.closed = True
             channel = self.channel
+        self.refusals.tick(now=True)
         with contextlib.suppress(OSError):
             self.sock.close()
         if channel is not None:

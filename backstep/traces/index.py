@@ -8,15 +8,15 @@ several threads are interleaved in the file, so each pass keeps its own list of 
 
 A damaged trace (a killed run, a half-written last line, corrupt lines, a newer schema version)
 opens with what is valid; ``problems`` says what is not, and ``note()`` says it in one line. A
-file that is not a trace at all raises ``TraceError``. Stdlib only: it works where torch is not
-installed.
+file that is not a trace at all (or a pipe or device, which has no size) raises ``TraceError``.
+The file is read in blocks (``filebytes``), never mapped: one cut while open keeps what was read
+(``cut``), where a mapping died by SIGBUS. Stdlib only: it works where torch is not installed.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-import mmap
 import os
 import re
 from array import array
@@ -26,6 +26,8 @@ from typing import Any
 
 from backstep import safe_text
 from backstep.protocol import VERSION
+from backstep.traces.filebytes import HEAD, FileBytes, not_regular
+from backstep.traces.long_output import LONG, capped, long_line
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
@@ -112,6 +114,9 @@ class TraceIndex:
         self._output_texts: list[tuple[str, str]] = []  # parsed so far, in order
         self._lines: dict[int, tuple[tuple[int, int], PassLines]] = {}  # the latest few
         self.done = False
+        self.cut = False  # the file shrank while open (see the module's docstring)
+        if (refused := not_regular(self.path)) is not None:
+            raise TraceError(refused)
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
@@ -120,7 +125,7 @@ class TraceIndex:
             size = os.fstat(self._file.fileno()).st_size
             if size == 0:
                 raise TraceError(f"{self.path} is empty: no events were recorded")
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._bytes = FileBytes(self._file.fileno(), size)
             if partial:
                 self.scan(until_pass=True)
             else:
@@ -136,31 +141,26 @@ class TraceIndex:
         it. True once the whole file is indexed."""
         if self.done:
             return True
-        data = self._map
-        size = len(data)
+        size = self._bytes.size
         stop_at = size if budget is None else min(size, self._pos + budget)
         first = self._first
         head = _HEAD.match
-        find = data.find
         start = self._pos
-        while start < stop_at:
-            newline = find(b"\n", start)
-            end = size if newline < 0 else newline + 1
+        for data, at, to, begin, end in self._bytes.lines(start, stop_at):
+            start = end
             self.lines += 1
-            match = head(data, start, min(end, start + 64))
-            if match is not None and data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}":
+            match = head(data, at, min(to, at + HEAD))
+            if match is not None and data[to - 2:to] != b"}\n" and data[to - 1:to] != b"}":
                 match = None  # not a whole line: let the parser decide
             if match is None:
-                if data[start:end].strip() == b"":
-                    start = end
+                if data[at:to].strip() == b"":
                     continue
-                event = self._parse(start, end)
-                if first and event is None:
+                event = self._parse(begin, end)
+                if first and event is None and self._bytes.cut is None:
                     raise TraceError(f"{self.path} is not a backstep trace (line 1 is not a "
                                      "JSON event; write one with `backstep trace`)")
                 if event is None:
                     self._corrupt.append(self.lines)
-                    start = end
                     continue
                 kind, number = event.get("event"), event.get("pass")
             else:
@@ -171,23 +171,22 @@ class TraceIndex:
                 if kind != "session":
                     self.problems.append("no session line at the start")
             if kind in _CODE and isinstance(number, int):
-                if self._add(kind, number, start, end) and self.watch is not None:
-                    self.watch(kind, number, start, end)
+                if self._add(kind, number, begin, end) and self.watch is not None:
+                    self.watch(kind, number, begin, end)
                 if until_pass and kind == "pass_end":
-                    start = end
                     break
             elif kind == "session":
-                self.session = self._parse(start, end)
+                self.session = self._parse(begin, end)
                 self._check_version()
             elif kind == "exit":
-                self.exit = self._parse(start, end)
+                self.exit = self._parse(begin, end)
             elif kind == "output":
-                self.output_starts.append(start)
+                self.output_starts.append(begin)
                 self.output_ends.append(end)
-            start = end
         self._pos, self._first = start, first
         self._numbers = sorted(self.passes)
-        if start < size:
+        self._cut_short()
+        if start < size and not self.cut:
             if self.session is None and not self.passes:
                 return self.scan(budget, until_pass=until_pass)  # nothing to show yet
             return False
@@ -195,14 +194,20 @@ class TraceIndex:
         self._finish()
         return True
 
+    def _cut_short(self) -> None:
+        """Once the file is found shrunk while open: what was indexed stays, the rest is gone."""
+        if self._bytes.cut is None or self.cut:
+            return
+        self.cut = True
+        self.problems.append(f"the file was cut to {self._bytes.cut} bytes while open (was "
+                             f"{self._bytes.size}): what was read before is kept")
+
     def _finish(self) -> None:
-        data = self._map
         if self.session is None and not self.passes:
             raise TraceError(f"{self.path} is not a backstep trace (no session or pass events)")
         if self._corrupt:
-            lines = self._corrupt
-            last = self.lines
-            if lines == [last] and not data[-1:] == b"\n":
+            lines, last, size = self._corrupt, self.lines, self._bytes.size
+            if lines == [last] and self._bytes.read(size - 1, size) != b"\n":
                 self.problems.append(f"the last line is cut off (line {last})")
             else:
                 self.problems.append(f"{len(lines)} unreadable line(s) skipped (first: line "
@@ -230,11 +235,11 @@ class TraceIndex:
         index.last = end
         return True
 
-    def _head(self, start: int, end: int) -> tuple[str | None, int | None]:
+    def _head(self, data: bytes, at: int, to: int, start: int,
+              end: int) -> tuple[str | None, int | None]:
         """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
-        data = self._map
-        match = _HEAD.match(data, start, min(end, start + 64))
-        if match is not None and (data[end - 2:end] == b"}\n" or data[end - 1:end] == b"}"):
+        match = _HEAD.match(data, at, min(to, at + HEAD))
+        if match is not None and (data[to - 2:to] == b"}\n" or data[to - 1:to] == b"}"):
             return match.group(1).decode(), int(match.group(2)) if match.group(2) else None
         event = self._parse(start, end)
         if event is None:
@@ -243,10 +248,15 @@ class TraceIndex:
         return event.get("event"), number if isinstance(number, int) else None
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
-        raw = self._map[start:end]
+        return self._decode(self._bytes.read(start, end))
+
+    def _decode(self, line: bytes | None) -> dict[str, Any] | None:
+        if line is None:
+            self._cut_short()
+            return None
         try:
-            event = json.loads(raw)
-            if safe_text.suspect(raw):  # shown by show, diff and export: made printable once
+            event = json.loads(line)
+            if safe_text.suspect(line):  # shown by show, diff and export: made printable once
                 event = safe_text.clean(event)
         except (ValueError, RecursionError):
             return None
@@ -286,40 +296,39 @@ class TraceIndex:
     def _find_lines(self, number: int, found: PassLines, last: int, nodes: int | None) -> None:
         """Find more of a pass's lines: up to ``last``, or until ``nodes`` node lines are."""
         starts, ends, kinds, node_lines = found.starts, found.ends, found.kinds, found.nodes
-        data, size = self._map, len(self._map)
-        find, head, codes = data.find, _HEAD.match, _BYTE_CODE
+        head, codes = _HEAD.match, _BYTE_CODE
         mine = str(number).encode()
         want = -1 if nodes is None else nodes
         start = found.found
-        while start < last:  # _head, inlined for the lines as written (3,000 a pass)
-            newline = find(b"\n", start)
-            end = size if newline < 0 else newline + 1
-            match = head(data, start, min(end, start + 64))
-            if match is not None and data[end - 2 : end] == b"}\n":  # as written (else parsed)
+        for data, at, to, begin, end in self._bytes.lines(start, last):  # _head, inlined
+            start = end
+            match = head(data, at, min(to, at + HEAD))
+            if match is not None and data[to - 2 : to] == b"}\n":  # as written (else parsed)
                 code = codes.get(match.group(1)) if match.group(2) == mine else None
             else:
-                kind, at = self._head(start, end)
-                code = _CODE.get(kind) if at == number and kind is not None else None
+                kind, of = self._head(data, at, to, begin, end)
+                code = _CODE.get(kind) if of == number and kind is not None else None
             if code is not None:
                 if code == NODE_CODE:
                     node_lines.append(len(kinds))
-                starts.append(start)
+                starts.append(begin)
                 ends.append(end)
                 kinds.append(code)
-            start = end
             if len(node_lines) == want:
                 break
+        self._cut_short()
         found.found = start
-        found.complete = start >= last
+        found.complete = start >= last or self.cut
 
     def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
         """Only the events of these kinds of one pass (e.g. its accumulations), in order."""
         lines = self.pass_lines(number)
         codes = {_CODE[k] for k in kinds if k in _CODE}
         found = []
-        for start, end, code in zip(lines.starts, lines.ends, lines.kinds, strict=True):
+        for line, code in zip(self._bytes.each(lines.starts, lines.ends), lines.kinds,
+                              strict=True):
             if code in codes:
-                event = self._parse(start, end)
+                event = self._decode(line)
                 if event is not None:
                     found.append(event)
         return found
@@ -330,8 +339,8 @@ class TraceIndex:
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
         begin: dict[str, Any] = {}
-        for start, end in zip(lines.starts, lines.ends, strict=True):
-            event = self._parse(start, end)
+        for line in self._bytes.each(lines.starts, lines.ends):
+            event = self._decode(line)
             if event is None:
                 continue
             kind = event.get("event")
@@ -353,13 +362,19 @@ class TraceIndex:
 
     def output(self, count: int) -> list[tuple[str, str]]:
         """The first ``count`` output events as (stream, text), parsed once and kept (a trace
-        records a bounded amount of output)."""
+        records a bounded amount of output; one event of a trace made elsewhere shows at most
+        its two ends: ``long_output``)."""
         texts = self._output_texts
         for i in range(len(texts), min(count, len(self.output_starts))):
-            event = self._parse(self.output_starts[i], self.output_ends[i]) or {}
+            start, end = self.output_starts[i], self.output_ends[i]
+            if end - start > LONG:
+                texts.append(long_line(self._bytes.read, start, end) or (
+                    "stdout", f"[an output event of {end - start:,} bytes, not shown]\n"))
+                continue
+            event = self._parse(start, end) or {}
             text = event.get("text")
             texts.append((str(event.get("stream") or "stdout"),
-                          (text if isinstance(text, str) else "")
+                          capped(text if isinstance(text, str) else "")
                           + ("\n[output truncated]\n" if event.get("truncated") else "")))
         return texts[:count]
 
@@ -369,7 +384,7 @@ class TraceIndex:
         return self._pos
 
     def size(self) -> int:
-        return len(self._map)
+        return self._bytes.size
 
     def note(self) -> str | None:
         """What is wrong with the file, in one line, or None when nothing is."""
@@ -378,7 +393,6 @@ class TraceIndex:
         return f"{os.path.basename(self.path)}: " + "; ".join(self.problems)
 
     def close(self) -> None:
-        self._map.close()
         self._file.close()
 
     def __enter__(self) -> TraceIndex:

@@ -127,6 +127,7 @@ class ReplayApp(BackstepApp):
         self.title = f"backstep show {safe_text.printable(index.path)}"
         self.against = against
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
+        self._cut_told = False  # the trace was cut while open, and the person told so
         self._output_shown = 0  # output events in the console: those printed before the cursor
         self._ahead: Timer | None = None  # opens the next pass once the person is reading
         self._post_waiting = False  # a move's drawing is queued behind the keys that wait
@@ -182,6 +183,7 @@ class ReplayApp(BackstepApp):
         console = self.query_one(ConsolePanel)
         self._note(f"replaying {self.replay.index.path}: {len(self.replay.numbers)} pass(es)")
         self.note = self.note or self.replay.index.note()
+        self._cut_told = self.replay.index.cut  # the note says so
         if self.note:
             self._note(self.note)
             self.notify(self.note, severity="warning", timeout=6)
@@ -195,6 +197,10 @@ class ReplayApp(BackstepApp):
 
     def _post(self) -> None:
         self.post_message(SnapshotReady(self.replay.snapshot()))
+        if self.replay.index.cut and not self._cut_told:  # found reading a pass, after the scan
+            self._cut_told = True
+            self.notify(self.replay.index.note() or "", severity="warning", timeout=10,
+                        markup=False)
         self._show_output()
         if self._ahead is not None:
             self._ahead.stop()

@@ -1,0 +1,78 @@
+"""``backstep trace`` writing its file: a disk that fills (or ``ulimit -f``) cuts the trace, never
+the script; and ``-o`` never overwrites the script or another Python file."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+LIMIT = 64 * 1024  # bytes a file may grow to (RLIMIT_FSIZE), as under `ulimit -f 64`
+
+TRAINING = """\
+    import torch
+    w = torch.ones(8, requires_grad=True)
+    for i in range(200):
+        (w * float(i)).tanh().sum().backward()
+    print("trained", float(w.grad.sum()))
+    raise SystemExit(3)
+"""
+
+
+def limited() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+
+def trace(tmp_path: Path, *args: str, **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backstep", "trace", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+
+
+def test_a_full_file_system_cuts_the_trace_not_the_script(tmp_path: Path) -> None:
+    """Python ignores SIGXFSZ, so a write past RLIMIT_FSIZE fails with EFBIG, as ENOSPC would
+    on a full disk. The script's output and exit code stand; one line says where the trace is
+    cut, and the file holds whole events only."""
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(TRAINING))
+    plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True,
+                           timeout=300)
+    done = trace(tmp_path, "-o", "out.jsonl", str(job), preexec_fn=limited)
+    assert (done.returncode, done.stdout) == (plain.returncode, plain.stdout) == (3, done.stdout)
+    out = tmp_path / "out.jsonl"
+    lines = out.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert done.stderr == plain.stderr + (f"backstep: the trace out.jsonl is cut after event {len(lines) - 1} "
+                           "(File too large, EFBIG): the rest of the run was not recorded\n")
+    assert 0 < out.stat().st_size <= LIMIT
+    shown = subprocess.run([sys.executable, "-m", "backstep", "export", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and shown.stdout.startswith("digraph")
+
+
+@pytest.mark.parametrize("name", ["job.py", "other.py"])
+def test_the_output_is_never_a_python_file(tmp_path: Path, name: str) -> None:
+    job = tmp_path / "job.py"
+    job.write_text("open('ran', 'w').close()\n")
+    (tmp_path / "other.py").write_text("x = 1\n")
+    before = {p.name: p.read_text() for p in tmp_path.glob("*.py")}
+    done = trace(tmp_path, "-o", name, str(job))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"backstep trace: -o {name} is ")
+    assert {p.name: p.read_text() for p in tmp_path.glob("*.py")} == before
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_script_by_another_name_is_still_the_script(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.write_text("print('hi')\n")
+    os.symlink(job, tmp_path / "link")
+    done = trace(tmp_path, "-o", "link", "job")
+    assert done.returncode == 2 and "is the script itself" in done.stderr
+    assert job.read_text() == "print('hi')\n"
