@@ -1,10 +1,21 @@
-"""Names people recognise for leaves: ``model.encoder.weight`` from module variables in the
-calling frames, ``x`` from plain tensor variables, else ``leaf#7 (4, 10) float32``."""
+"""Names people recognise for leaves and modules, found in the variables of the calling frames.
+
+A leaf is ``model.encoder.weight`` (a parameter of a module variable), ``x`` (a tensor
+variable), else ``leaf#7 (4, 10) float32``; a module is named the same way (``model.encoder``),
+so a module path and its parameters' leaf names agree wherever the model is called from.
+Modules that no attribute path reaches are named by where they are held:
+  registered submodule            ``model.encoder``       (``model.layers.2`` in a ModuleList)
+  in a plain list or tuple        ``model.layers[2]``     (an attribute or a variable)
+  in a plain dict (str/int keys)  ``model.heads['enc']``
+Frames are searched innermost first, plain variables before ``self``; within a frame the first
+variable (in definition order) that reaches the object names it.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -52,11 +63,7 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     Plain variables win over ``self`` attributes; the innermost frame wins over outer ones.
     """
     found: dict[int, str] = {}
-    frames = []
-    while frame is not None and len(frames) < _MAX_FRAMES:
-        if not is_internal(frame.f_code.co_filename):
-            frames.append(frame)
-        frame = frame.f_back
+    frames = _user_frames(frame)
     for prefer_self in (False, True):
         for f in frames:
             if len(found) == len(wanted):
@@ -98,22 +105,113 @@ def _name_value(var: str, value: Any, wanted: dict[int, Any], found: dict[int, s
         if key in wanted and key not in found:
             found[key] = var
     elif isinstance(value, torch.nn.Module):
-        for qualname, param in value.named_parameters(remove_duplicate=False):
+        for qualname, param in module_parameters(value):
             key = id(param)
             if key in wanted and key not in found:
                 found[key] = f"{var}.{qualname}"
-    elif isinstance(value, (list, tuple)) and 0 < len(value) <= _MAX_CONTAINER:
-        for k, item in enumerate(value):
+    else:
+        for label, item in container_items(var, value):
             if isinstance(item, torch.Tensor):
                 key = id(item)
                 if key in wanted and key not in found:
-                    found[key] = f"{var}[{k}]"
-    elif isinstance(value, dict) and 0 < len(value) <= _MAX_CONTAINER:
-        for k, item in value.items():
-            if isinstance(item, torch.Tensor) and isinstance(k, (str, int)):
-                key = id(item)
-                if key in wanted and key not in found:
-                    found[key] = f"{var}[{k!r}]"
+                    found[key] = label
+            elif isinstance(item, torch.nn.Module):
+                _name_value(label, item, wanted, found)
+
+
+def container_items(label: str, value: Any) -> list[tuple[str, Any]]:
+    """``[(label[0], item), ...]`` of a plain list or tuple, ``[(label['k'], item), ...]`` of a
+    plain dict with str or int keys; [] for anything else (and for very long ones)."""
+    if isinstance(value, (list, tuple)) and 0 < len(value) <= _MAX_CONTAINER:
+        return [(f"{label}[{k}]", item) for k, item in enumerate(value)]
+    if isinstance(value, dict) and 0 < len(value) <= _MAX_CONTAINER:
+        return [(f"{label}[{k!r}]", item) for k, item in value.items()
+                if isinstance(k, (str, int))]
+    return []
+
+
+_MODULE_ATTRIBUTES = frozenset(torch.nn.Module().__dict__)
+
+
+def module_paths(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
+    """``(path under root, module)`` for ``root`` itself (""), its registered submodules
+    (``named_modules()``) and the modules held in plain lists, tuples and dicts among their
+    attributes (``layers[2]``, ``heads['enc']``) and the submodules of those, each once."""
+    seen: set[int] = set()
+    pending: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while pending:
+        prefix, top = pending.pop(0)
+        for name, module in top.named_modules(prefix=prefix):
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            for attribute, value in module.__dict__.items():
+                if attribute in _MODULE_ATTRIBUTES or isinstance(value, torch.nn.Module):
+                    continue
+                base = f"{name}.{attribute}" if name else attribute
+                for label, item in container_items(base, value):
+                    if isinstance(item, torch.nn.Module) and id(item) not in seen:
+                        pending.append((label, item))
+
+
+def module_parameters(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """``(path, parameter)`` for every parameter of the modules ``module_paths`` finds (a
+    parameter shared by two modules comes once per module)."""
+    for path, module in module_paths(root):
+        for name, param in module._parameters.items():
+            if param is not None:
+                yield (f"{path}.{name}" if path else name), param
+
+
+def module_name(module: torch.nn.Module, frame: Any) -> str | None:
+    """The name ``module`` has in ``frame`` and its callers, as ``find_names`` would name its
+    parameters (``model.encoder``, ``layers[2]``); for an attribute of a ``self`` that is no
+    module path (a trainer's ``self.net``), the attribute's name; else None."""
+    frames = _user_frames(frame)
+    for f in frames:
+        for var, value in frame_locals(f).items():
+            if var != "self":
+                name = _module_in(var, value, module)
+                if name is not None:
+                    return name
+    for f in frames:
+        owner = frame_locals(f).get("self")
+        if owner is None or owner is module:
+            continue
+        for table in (getattr(owner, "_modules", None), getattr(owner, "__dict__", None)):
+            if isinstance(table, dict):
+                for var, value in table.items():
+                    if isinstance(var, str):
+                        name = _module_in(var, value, module)
+                        if name is not None:
+                            return name
+    return None
+
+
+def _module_in(var: str, value: Any, module: torch.nn.Module) -> str | None:
+    """``var``'s path to ``module`` when ``value`` is it, holds it, or lists it; else None."""
+    if value is module:
+        return var
+    if isinstance(value, torch.nn.Module):
+        for path, inner in module_paths(value):
+            if inner is module:
+                return f"{var}.{path}"
+        return None
+    for label, item in container_items(var, value):
+        if item is module:
+            return label
+    return None
+
+
+def _user_frames(frame: Any) -> list[Any]:
+    """``frame`` and its callers outside torch and backstep, innermost first (at most 12)."""
+    frames = []
+    while frame is not None and len(frames) < _MAX_FRAMES:
+        if not is_internal(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 def fallback_name(node_id: int, tensor: Any) -> str:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
+from backstep.engine.naming import module_paths
 from backstep.engine.provenance import calls as provenance_calls
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance.entries import (
@@ -39,6 +40,8 @@ from backstep.engine.provenance.entries import (
     _on_stack,
     _on_top,
     _push_back,
+    _rerun,
+    _rerun_source,
     _root_name,
     _Stack,
     _Watch,
@@ -175,6 +178,9 @@ class ModuleTracker:
             return
         grad = _grad_enabled()
         mode = self.mode
+        rerun = None
+        if not entries and grad and _rerun(mode) and not _fast_path_possible(module, args):
+            rerun = _push_back(mode)  # a forward a backward re-runs: tagged as any forward
         if (
             grad
             and kind
@@ -183,13 +189,16 @@ class ModuleTracker:
             and _on_top(mode)
             and not _fast_path_possible(module, args)
         ):
-            self._open_region(module, args, entries, caller)
+            self._open_region(module, args, entries, caller, rerun)
             return
         path, origin = self._place(module, entries, caller)
         entry = _Entry(module, path, origin)
         entries.append(entry)
         state.region = None
         entry.frame = call_impl_frame(caller)
+        if rerun is not None:
+            entry.resume, entry.pushes = rerun, True
+            return
         if not grad:
             provenance_cuts.note("no_grad", entry.path, find_source(caller, entries))
         if region is not None:
@@ -290,9 +299,11 @@ class ModuleTracker:
             torch._C._pop_torch_function_stack()
 
     def _open_region(
-        self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType
+        self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType,
+        rerun: Callable[[], None] | None = None,
     ) -> None:
-        """A library module called with the mode on top: pop the mode until it returns."""
+        """A library module called with the mode on top: pop the mode until it returns.
+        ``rerun``: the mode was pushed for a forward a backward re-runs; undone at its end."""
         if entries:
             path, origin = self._place(module, entries, caller)
             impl = call_impl_frame(caller)
@@ -301,9 +312,12 @@ class ModuleTracker:
             user = user_frame(caller)
             path = _root_name(module, user) or type(module).__name__
             origin = None
-            source = source_dict(user) if user is not None else None
+            source = _rerun_source() if rerun is not None else None
+            if source is None and user is not None:
+                source = source_dict(user)
         region = Region(module, path, origin, source, _get_sequence_nr())
         region.caller = caller
+        region.resume = rerun
         entries.append(region)
         try:
             torch._C._pop_torch_function_stack()
@@ -333,6 +347,9 @@ class ModuleTracker:
             mode = self.mode
             if mode is not None and mode.enabled:
                 torch._C._push_on_torch_function_stack(mode)
+            if region.resume is not None:
+                region.resume()
+                region.resume = None
 
     @staticmethod
     def _close_entry(entry: _Entry) -> None:
@@ -392,7 +409,7 @@ class ModuleTracker:
             if origin.rebuilt:
                 return None
         origin.rebuilt = True
-        table = {id(m): (weakref.ref(m), name) for name, m in root.named_modules()}
+        table = {id(m): (weakref.ref(m), name) for name, m in module_paths(root)}
         hit = table.get(id(module))
         if hit is None:
             table[id(module)] = (weakref.ref(module), None)
