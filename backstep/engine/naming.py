@@ -7,8 +7,9 @@ Modules that no attribute path reaches are named by where they are held:
   registered submodule            ``model.encoder``       (``model.layers.2`` in a ModuleList)
   in a plain list or tuple        ``model.layers[2]``     (an attribute or a variable)
   in a plain dict (str/int keys)  ``model.heads['enc']``
-Frames are searched innermost first, plain variables before ``self``; within a frame the first
-variable (in definition order) that reaches the object names it.
+Frames are searched innermost first, plain variables before ``self``; within a frame, plain
+containers of modules first (a loop variable holds a layer only for one iteration), then the first variable
+in definition order that reaches the object names it.
 """
 
 from __future__ import annotations
@@ -68,8 +69,7 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
         for f in frames:
             if len(found) == len(wanted):
                 return found
-            namespace = frame_locals(f)
-            for var, value in namespace.items():
+            for var, value in _by_preference(frame_locals(f)):
                 if (var == "self") != prefer_self:
                     continue
                 _name_value(var, value, wanted, found)
@@ -170,7 +170,7 @@ def module_name(module: torch.nn.Module, frame: Any) -> str | None:
     module path (a trainer's ``self.net``), the attribute's name; else None."""
     frames = _user_frames(frame)
     for f in frames:
-        for var, value in frame_locals(f).items():
+        for var, value in _by_preference(frame_locals(f)):
             if var != "self":
                 name = _module_in(var, value, module)
                 if name is not None:
@@ -202,6 +202,24 @@ def _module_in(var: str, value: Any, module: torch.nn.Module) -> str | None:
         if item is module:
             return label
     return None
+
+
+def _by_preference(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A frame's variables, plain containers of modules first: ``layers[1]`` names a layer for
+    good, the loop variable ``layer`` that also holds it only for one iteration."""
+    items = list(namespace.items())
+    first = [item for item in items if _holds_modules(item[1])]
+    if not first:
+        return items
+    return first + [item for item in items if not any(item is f for f in first)]
+
+
+def _holds_modules(value: Any) -> bool:
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    return len(value) <= _MAX_CONTAINER and any(isinstance(v, torch.nn.Module) for v in value)
 
 
 def _user_frames(frame: Any) -> list[Any]:
