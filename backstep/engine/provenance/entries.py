@@ -9,7 +9,6 @@ mode stack and name root modules from the caller's variables (``modules`` uses t
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -18,7 +17,6 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
-from backstep.engine.naming import module_name
 from backstep.engine.provenance.frames import (
     _UNSET,
 )
@@ -63,27 +61,6 @@ class _Stack(threading.local):
 _grad_enabled = torch.is_grad_enabled
 _stack_depth = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
-
-
-# (id(module), id(code), f_lasti) of a root call -> (the module, the variable naming it there);
-# shared by the trackers (a re-installed Provenance names its first forward without a lookup)
-_root_names: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
-
-def _root_name(module: nn.Module, frame: FrameType | None) -> str | None:
-    """``naming.module_name`` from the user frame that called a root module, remembered per
-    module and call site (reading a frame's variables copies them all: a script's
-    module-level globals, on every forward)."""
-    if frame is None:
-        return None
-    key = (id(module), id(frame.f_code), frame.f_lasti)
-    hit = _root_names.get(key)
-    if hit is not None and hit[0]() is module:
-        return hit[1]
-    name = module_name(module, frame)
-    if len(_root_names) >= 1024:
-        _root_names.clear()
-    _root_names[key] = (weakref.ref(module), name)
-    return name
 
 
 # Modules whose eval fast path is skipped when a torch-function mode is active.

@@ -1,10 +1,12 @@
 """Track which nn.Module's forward is running, as a dotted path, per thread.
 
 ``enter`` and ``leave``, run around every module call (provenance_calls), keep a per-thread
-stack. A root module (called with nothing on the stack) is named by the variable that holds it in
-the user's frame (``model``), else by its class; nested modules get their path from the root's
-``named_modules()`` (cached, rebuilt at most once per root call when a module is missing), so
+stack. A root module (called with nothing on the stack) is named by the variable that holds or
+reaches it in the user's frames (``model``, as its parameters' leaf names), else by its class;
+nested modules get their path from the root's module map (provenance_paths), so
 ``model.encoder.layers.3.self_attn`` comes out whether the call went through a ModuleList or not.
+A root forward that a backward re-runs (reentrant checkpoint) gets the mode pushed back for its
+extent: inside the backward's call the mode is off the stack, and its nodes would go untagged.
 
 Inside torch's own modules the tracker also stands in for the torch-function mode (see
 provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
@@ -19,7 +21,6 @@ back), so the fast path runs exactly as without backstep.
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -28,7 +29,6 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
-from backstep.engine.naming import module_paths
 from backstep.engine.provenance import calls as provenance_calls
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance.entries import (
@@ -42,7 +42,6 @@ from backstep.engine.provenance.entries import (
     _push_back,
     _rerun,
     _rerun_source,
-    _root_name,
     _Stack,
     _Watch,
 )
@@ -53,11 +52,11 @@ from backstep.engine.provenance.frames import (
     user_frame,
 )
 from backstep.engine.provenance.inplace import tensor_versions
+from backstep.engine.provenance.paths import place, root_name
 from backstep.engine.provenance.scopes import (
     INPLACE_CLASSES,
     LIBRARY_CLASSES,
     LIBRARY_INPLACE,
-    TABLES,
     Region,
     module_kind,
     tag_outputs,
@@ -69,7 +68,6 @@ class ModuleTracker:
 
     def __init__(self) -> None:
         self._stack = _Stack()
-        self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
         self._hooks_now: tuple[provenance_calls.Enter, provenance_calls.Leave] | None = None
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
@@ -310,7 +308,7 @@ class ModuleTracker:
             source = find_source(impl.f_back if impl is not None else caller, entries)
         else:  # a root: the user frame that names it is the line that called it
             user = user_frame(caller)
-            path = _root_name(module, user) or type(module).__name__
+            path = root_name(module, user) or type(module).__name__
             origin = None
             source = _rerun_source() if rerun is not None else None
             if source is None and user is not None:
@@ -385,33 +383,4 @@ class ModuleTracker:
         self, module: nn.Module, entries: list[Any], caller: FrameType | None
     ) -> tuple[str, _Entry | None]:
         """(dotted path, the origin entry it is named from; None: a new root)."""
-        if not entries:
-            name = _root_name(module, user_frame(caller))
-            return name or type(module).__name__, None
-        top = entries[-1]
-        origin = top.origin
-        relative = self._relative(origin, module)
-        if relative is None:  # not registered under the root: a new root below ``top``
-            name = _root_name(module, user_frame(caller))
-            return f"{top.path}.{name or type(module).__name__}", None
-        return (f"{origin.path}.{relative}" if relative else origin.path), origin
-
-    def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
-        """``module``'s path relative to ``origin.module`` ("" for itself), or None."""
-        root = origin.module
-        table = origin.table
-        if table is None:
-            table = origin.table = self._maps.get(root)
-        if table is not None:
-            hit = table.get(id(module))
-            if hit is not None and hit[0]() is module:
-                return hit[1]  # None: known not to be registered under this root
-            if origin.rebuilt:
-                return None
-        origin.rebuilt = True
-        table = {id(m): (weakref.ref(m), name) for name, m in module_paths(root)}
-        hit = table.get(id(module))
-        if hit is None:
-            table[id(module)] = (weakref.ref(module), None)
-        self._maps[root] = origin.table = table
-        return hit[1] if hit is not None else None
+        return place(module, entries, caller)
