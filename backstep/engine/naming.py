@@ -131,6 +131,8 @@ def container_items(label: str, value: Any) -> list[tuple[str, Any]]:
 
 
 _MODULE_ATTRIBUTES = frozenset(torch.nn.Module().__dict__)
+_CONTAINERS = (list, tuple, dict)  # plain ones only: ModuleList and ModuleDict are registered
+_SCANNED: dict[type, bool] = {}  # module class -> its instances' attributes are worth a look
 
 
 def module_paths(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
@@ -146,8 +148,14 @@ def module_paths(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]
                 continue
             seen.add(id(module))
             yield name, module
+            cls = type(module)
+            scan = _SCANNED.get(cls)
+            if scan is None:
+                scan = _SCANNED[cls] = not cls.__module__.startswith("torch.")
+            if not scan:  # torch's own modules keep theirs in ModuleLists
+                continue
             for attribute, value in module.__dict__.items():
-                if attribute in _MODULE_ATTRIBUTES or isinstance(value, torch.nn.Module):
+                if type(value) not in _CONTAINERS or attribute in _MODULE_ATTRIBUTES:
                     continue
                 base = f"{name}.{attribute}" if name else attribute
                 for label, item in container_items(base, value):

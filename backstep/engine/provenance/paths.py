@@ -16,6 +16,8 @@ from backstep.engine.provenance.scopes import TABLES
 # (id(module), id(code), f_lasti) of a root call -> (the module, the variable naming it there);
 # shared by the trackers (a re-installed Provenance names its first forward without a lookup)
 _ROOT_NAMES: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
+# (module class, id(code), f_lasti) of call sites where a module of that class had no name
+_ANONYMOUS: set[tuple[type, int, int]] = set()
 
 
 def root_name(module: nn.Module, frame: FrameType | None) -> str | None:
@@ -24,14 +26,21 @@ def root_name(module: nn.Module, frame: FrameType | None) -> str | None:
     module-level globals, on every forward)."""
     if frame is None:
         return None
-    key = (id(module), id(frame.f_code), frame.f_lasti)
+    site = (id(frame.f_code), frame.f_lasti)
+    key = (id(module), *site)
     hit = _ROOT_NAMES.get(key)
     if hit is not None and hit[0]() is module:
         return hit[1]
+    anonymous = (type(module), *site)
+    if anonymous in _ANONYMOUS:  # a module made at each call (``nn.ReLU()(x)``): no variable
+        return None
     name = module_name(module, frame)
     if len(_ROOT_NAMES) >= 1024:
         _ROOT_NAMES.clear()
+        _ANONYMOUS.clear()
     _ROOT_NAMES[key] = (weakref.ref(module), name)
+    if name is None:
+        _ANONYMOUS.add(anonymous)
     return name
 
 
