@@ -190,7 +190,7 @@ def module_name(module: torch.nn.Module, frame: Any) -> str | None:
         for table in (getattr(owner, "_modules", None), getattr(owner, "__dict__", None)):
             if isinstance(table, dict):
                 for var, value in table.items():
-                    if isinstance(var, str):
+                    if isinstance(var, str) and var not in _MODULE_ATTRIBUTES:
                         name = _module_in(var, value, module)
                         if name is not None:
                             return name
