@@ -168,3 +168,23 @@ def test_module_name_reaches_through_an_outer_frame() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     assert lookup(lambda: model[0]) == "model.0"
     assert lookup(lambda: nn.Linear(1, 1)) is None
+
+
+class Trainer:
+    """A plain object that holds the model: ``self.model(x)`` and ``loss.backward()`` in its
+    method."""
+
+    def __init__(self) -> None:
+        self.model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+
+    def step(self, x: torch.Tensor) -> None:
+        self.model(x).sum().backward()
+
+
+def test_leaves_of_a_model_held_by_self_are_named_as_its_modules() -> None:
+    torch.manual_seed(0)
+    trainer, x = Trainer(), torch.randn(2, 4)
+    (begin,) = record(lambda: trainer.step(x))
+    modules, leaves = paths_and_leaves(begin)
+    assert modules == {"model.0", "model.1", "model.2"}
+    assert leaves == {f"model.{i}.{p}" for i in (0, 2) for p in ("weight", "bias")}

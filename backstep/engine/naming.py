@@ -72,8 +72,24 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
             for var, value in _by_preference(frame_locals(f)):
                 if (var == "self") != prefer_self:
                     continue
+                if prefer_self and not isinstance(value, (torch.nn.Module, torch.Tensor)):
+                    # a trainer's self.model: named by the attribute, as module_name does
+                    for attribute, held in _attributes(value):
+                        _name_value(attribute, held, wanted, found)
+                    continue
                 _name_value(var, value, wanted, found)
     return found
+
+
+def _attributes(owner: Any) -> list[tuple[str, Any]]:
+    """The attributes of a plain object (not too many), plain containers of modules first."""
+    try:
+        table = getattr(owner, "__dict__", None)
+    except Exception:  # noqa: BLE001 - an object that will not say holds nothing for us
+        return []
+    if type(table) is not dict or len(table) > 4 * _MAX_CONTAINER:
+        return []
+    return _by_preference({k: v for k, v in table.items() if isinstance(k, str)})
 
 
 def frame_locals(frame: Any) -> dict[str, Any]:
@@ -187,13 +203,13 @@ def module_name(module: torch.nn.Module, frame: Any) -> str | None:
         owner = frame_locals(f).get("self")
         if owner is None or owner is module:
             continue
-        for table in (getattr(owner, "_modules", None), getattr(owner, "__dict__", None)):
-            if isinstance(table, dict):
-                for var, value in table.items():
-                    if isinstance(var, str) and var not in _MODULE_ATTRIBUTES:
-                        name = _module_in(var, value, module)
-                        if name is not None:
-                            return name
+        registered = owner._modules if isinstance(owner, torch.nn.Module) else {}
+        attributes = [*registered.items(),
+                      *((k, v) for k, v in _attributes(owner) if k not in _MODULE_ATTRIBUTES)]
+        for var, value in attributes:
+            name = _module_in(var, value, module)
+            if name is not None:
+                return name
     return None
 
 
