@@ -129,6 +129,13 @@ def test_modules_in_plain_containers_are_named_by_position() -> None:
     assert leaves == {f"{m}.{p}" for m in held for p in ("weight", "bias")}
 
 
+def through(layers: Any, h: torch.Tensor) -> torch.Tensor:
+    """A loop in its own frame: only the loop variable ``layer`` holds a layer here."""
+    for layer in layers():
+        h = layer(h)
+    return h
+
+
 def test_layers_in_a_variable_list_are_named_by_position() -> None:
     torch.manual_seed(0)
     layers = [nn.Linear(4, 4) for _ in range(2)]
@@ -136,15 +143,18 @@ def test_layers_in_a_variable_list_are_named_by_position() -> None:
 
     def run() -> None:
         h = x
-        for layer in layers:
+        for layer in layers:  # the loop variable outlives the loop, holding layers[1]
             h = layer(h)
-        del layer
         h.sum().backward()
 
-    (begin,) = record(run)
-    modules, leaves = paths_and_leaves(begin)
-    assert modules == {"layers[0]", "layers[1]"}
-    assert leaves == {f"layers[{i}].{p}" for i in (0, 1) for p in ("weight", "bias")}
+    def run_in_a_function() -> None:
+        through(lambda: layers, x).sum().backward()
+
+    for case in (run, run_in_a_function):
+        (begin,) = record(case)
+        modules, leaves = paths_and_leaves(begin)
+        assert modules == {"layers[0]", "layers[1]"}, case
+        assert leaves == {f"layers[{i}].{p}" for i in (0, 1) for p in ("weight", "bias")}, case
 
 
 def test_module_paths_cover_registered_and_held_modules() -> None:

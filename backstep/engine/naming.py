@@ -7,9 +7,10 @@ Modules that no attribute path reaches are named by where they are held:
   registered submodule            ``model.encoder``       (``model.layers.2`` in a ModuleList)
   in a plain list or tuple        ``model.layers[2]``     (an attribute or a variable)
   in a plain dict (str/int keys)  ``model.heads['enc']``
-Frames are searched innermost first, plain variables before ``self``; within a frame, plain
-containers of modules first (a loop variable holds a layer only for one iteration), then the first variable
-in definition order that reaches the object names it.
+Frames are searched innermost first, plain variables before ``self``, the first variable (in
+definition order) that reaches the object names it; but plain containers of modules, in any
+frame, come before all other variables: a layer is ``layers[2]`` even where a loop variable
+``layer`` holds it for one iteration (and ``models[0]`` where ``G`` is also in ``[G, D]``).
 """
 
 from __future__ import annotations
@@ -61,24 +62,40 @@ def frame_source(frame: Any) -> dict[str, Any] | None:
 def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     """Names for the tensors in ``wanted`` (id -> tensor) found in ``frame`` and its callers.
 
-    Plain variables win over ``self`` attributes; the innermost frame wins over outer ones.
+    Plain variables win over ``self`` attributes; the innermost frame wins over outer ones,
+    except that plain containers of modules come first (see the module docstring).
     """
     found: dict[int, str] = {}
-    frames = _user_frames(frame)
-    for prefer_self in (False, True):
-        for f in frames:
-            if len(found) == len(wanted):
-                return found
-            for var, value in _by_preference(frame_locals(f)):
-                if (var == "self") != prefer_self:
-                    continue
-                if prefer_self and not isinstance(value, (torch.nn.Module, torch.Tensor)):
-                    # a trainer's self.model: named by the attribute, as module_name does
-                    for attribute, held in _attributes(value):
-                        _name_value(attribute, held, wanted, found)
-                    continue
-                _name_value(var, value, wanted, found)
+    variables, owners = _variables(_user_frames(frame))
+    for var, value in variables:
+        if len(found) == len(wanted):
+            return found
+        _name_value(var, value, wanted, found)
+    for owner in owners:
+        if len(found) == len(wanted):
+            break
+        if isinstance(owner, (torch.nn.Module, torch.Tensor)):
+            _name_value("self", owner, wanted, found)
+        else:  # a trainer's self.model: named by the attribute, as module_name does
+            for attribute, held in _attributes(owner):
+                _name_value(attribute, held, wanted, found)
     return found
+
+
+def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
+    """The frames' plain variables in naming order, and their ``self`` objects (innermost
+    first). Plain containers of modules, from any frame, come first: ``layers[1]`` names a
+    layer for good, a loop variable ``layer`` (in the forward's frame) only for one iteration."""
+    held: list[tuple[str, Any]] = []
+    rest: list[tuple[str, Any]] = []
+    owners: list[Any] = []
+    for f in frames:
+        for var, value in frame_locals(f).items():
+            if var == "self":
+                owners.append(value)
+            else:
+                (held if _holds_modules(value) else rest).append((var, value))
+    return held + rest, owners
 
 
 def _attributes(owner: Any) -> list[tuple[str, Any]]:
@@ -192,16 +209,13 @@ def module_name(module: torch.nn.Module, frame: Any) -> str | None:
     """The name ``module`` has in ``frame`` and its callers, as ``find_names`` would name its
     parameters (``model.encoder``, ``layers[2]``); for an attribute of a ``self`` that is no
     module path (a trainer's ``self.net``), the attribute's name; else None."""
-    frames = _user_frames(frame)
-    for f in frames:
-        for var, value in _by_preference(frame_locals(f)):
-            if var != "self":
-                name = _module_in(var, value, module)
-                if name is not None:
-                    return name
-    for f in frames:
-        owner = frame_locals(f).get("self")
-        if owner is None or owner is module:
+    variables, owners = _variables(_user_frames(frame))
+    for var, value in variables:
+        name = _module_in(var, value, module)
+        if name is not None:
+            return name
+    for owner in owners:
+        if owner is module:
             continue
         registered = owner._modules if isinstance(owner, torch.nn.Module) else {}
         attributes = [*registered.items(),
@@ -229,8 +243,7 @@ def _module_in(var: str, value: Any, module: torch.nn.Module) -> str | None:
 
 
 def _by_preference(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A frame's variables, plain containers of modules first: ``layers[1]`` names a layer for
-    good, the loop variable ``layer`` that also holds it only for one iteration."""
+    """An object's attributes, plain containers of modules first (as ``_variables``)."""
     items = list(namespace.items())
     first = [item for item in items if _holds_modules(item[1])]
     if not first:
