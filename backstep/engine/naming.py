@@ -1,10 +1,23 @@
-"""Names people recognise for leaves: ``model.encoder.weight`` from module variables in the
-calling frames, ``x`` from plain tensor variables, else ``leaf#7 (4, 10) float32``."""
+"""Names people recognise for leaves and modules, found in the variables of the calling frames.
+
+A leaf is ``model.encoder.weight`` (a parameter of a module variable), ``x`` (a tensor
+variable), else ``leaf#7 (4, 10) float32``; a module is named the same way (``model.encoder``),
+so a module path and its parameters' leaf names agree wherever the model is called from.
+Modules that no attribute path reaches are named by where they are held:
+  registered submodule            ``model.encoder``       (``model.layers.2`` in a ModuleList)
+  in a plain list or tuple        ``model.layers[2]``     (an attribute or a variable)
+  in a plain dict (str/int keys)  ``model.heads['enc']``
+Frames are searched innermost first, plain variables before ``self``, the first variable (in
+definition order) that reaches the object names it; but plain containers of modules, in any
+frame, come before all other variables: a layer is ``layers[2]`` even where a loop variable
+``layer`` holds it for one iteration (and ``models[0]`` where ``G`` is also in ``[G, D]``).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -49,24 +62,51 @@ def frame_source(frame: Any) -> dict[str, Any] | None:
 def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     """Names for the tensors in ``wanted`` (id -> tensor) found in ``frame`` and its callers.
 
-    Plain variables win over ``self`` attributes; the innermost frame wins over outer ones.
+    Plain variables win over ``self`` attributes; the innermost frame wins over outer ones,
+    except that plain containers of modules come first (see the module docstring).
     """
     found: dict[int, str] = {}
-    frames = []
-    while frame is not None and len(frames) < _MAX_FRAMES:
-        if not is_internal(frame.f_code.co_filename):
-            frames.append(frame)
-        frame = frame.f_back
-    for prefer_self in (False, True):
-        for f in frames:
-            if len(found) == len(wanted):
-                return found
-            namespace = frame_locals(f)
-            for var, value in namespace.items():
-                if (var == "self") != prefer_self:
-                    continue
-                _name_value(var, value, wanted, found)
+    variables, owners = _variables(_user_frames(frame))
+    for var, value in variables:
+        if len(found) == len(wanted):
+            return found
+        _name_value(var, value, wanted, found)
+    for owner in owners:
+        if len(found) == len(wanted):
+            break
+        if isinstance(owner, (torch.nn.Module, torch.Tensor)):
+            _name_value("self", owner, wanted, found)
+        else:  # a trainer's self.model: named by the attribute, as module_name does
+            for attribute, held in _attributes(owner):
+                _name_value(attribute, held, wanted, found)
     return found
+
+
+def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
+    """The frames' plain variables in naming order, and their ``self`` objects (innermost
+    first). Plain containers of modules, from any frame, come first: ``layers[1]`` names a
+    layer for good, a loop variable ``layer`` (in the forward's frame) only for one iteration."""
+    held: list[tuple[str, Any]] = []
+    rest: list[tuple[str, Any]] = []
+    owners: list[Any] = []
+    for f in frames:
+        for var, value in frame_locals(f).items():
+            if var == "self":
+                owners.append(value)
+            else:
+                (held if _holds_modules(value) else rest).append((var, value))
+    return held + rest, owners
+
+
+def _attributes(owner: Any) -> list[tuple[str, Any]]:
+    """The attributes of a plain object (not too many), plain containers of modules first."""
+    try:
+        table = getattr(owner, "__dict__", None)
+    except Exception:  # noqa: BLE001 - an object that will not say holds nothing for us
+        return []
+    if type(table) is not dict or len(table) > 4 * _MAX_CONTAINER:
+        return []
+    return _by_preference({k: v for k, v in table.items() if isinstance(k, str)})
 
 
 def frame_locals(frame: Any) -> dict[str, Any]:
@@ -98,22 +138,135 @@ def _name_value(var: str, value: Any, wanted: dict[int, Any], found: dict[int, s
         if key in wanted and key not in found:
             found[key] = var
     elif isinstance(value, torch.nn.Module):
-        for qualname, param in value.named_parameters(remove_duplicate=False):
+        for qualname, param in module_parameters(value):
             key = id(param)
             if key in wanted and key not in found:
                 found[key] = f"{var}.{qualname}"
-    elif isinstance(value, (list, tuple)) and 0 < len(value) <= _MAX_CONTAINER:
-        for k, item in enumerate(value):
+    else:
+        for label, item in container_items(var, value):
             if isinstance(item, torch.Tensor):
                 key = id(item)
                 if key in wanted and key not in found:
-                    found[key] = f"{var}[{k}]"
-    elif isinstance(value, dict) and 0 < len(value) <= _MAX_CONTAINER:
-        for k, item in value.items():
-            if isinstance(item, torch.Tensor) and isinstance(k, (str, int)):
-                key = id(item)
-                if key in wanted and key not in found:
-                    found[key] = f"{var}[{k!r}]"
+                    found[key] = label
+            elif isinstance(item, torch.nn.Module):
+                _name_value(label, item, wanted, found)
+
+
+def container_items(label: str, value: Any) -> list[tuple[str, Any]]:
+    """``[(label[0], item), ...]`` of a plain list or tuple, ``[(label['k'], item), ...]`` of a
+    plain dict with str or int keys; [] for anything else (and for very long ones)."""
+    if isinstance(value, (list, tuple)) and 0 < len(value) <= _MAX_CONTAINER:
+        return [(f"{label}[{k}]", item) for k, item in enumerate(value)]
+    if isinstance(value, dict) and 0 < len(value) <= _MAX_CONTAINER:
+        return [(f"{label}[{k!r}]", item) for k, item in value.items()
+                if isinstance(k, (str, int))]
+    return []
+
+
+_MODULE_ATTRIBUTES = frozenset(torch.nn.Module().__dict__)
+_CONTAINERS = (list, tuple, dict)  # plain ones only: ModuleList and ModuleDict are registered
+_SCANNED: dict[type, bool] = {}  # module class -> its instances' attributes are worth a look
+
+
+def module_paths(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
+    """``(path under root, module)`` for ``root`` itself (""), its registered submodules
+    (``named_modules()``) and the modules held in plain lists, tuples and dicts among their
+    attributes (``layers[2]``, ``heads['enc']``) and the submodules of those, each once."""
+    seen: set[int] = set()
+    pending: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while pending:
+        prefix, top = pending.pop(0)
+        for name, module in top.named_modules(prefix=prefix):
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            cls = type(module)
+            scan = _SCANNED.get(cls)
+            if scan is None:
+                scan = _SCANNED[cls] = not cls.__module__.startswith("torch.")
+            if not scan:  # torch's own modules keep theirs in ModuleLists
+                continue
+            for attribute, value in module.__dict__.items():
+                if type(value) not in _CONTAINERS or attribute in _MODULE_ATTRIBUTES:
+                    continue
+                base = f"{name}.{attribute}" if name else attribute
+                for label, item in container_items(base, value):
+                    if isinstance(item, torch.nn.Module) and id(item) not in seen:
+                        pending.append((label, item))
+
+
+def module_parameters(root: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """``(path, parameter)`` for every parameter of the modules ``module_paths`` finds (a
+    parameter shared by two modules comes once per module)."""
+    for path, module in module_paths(root):
+        for name, param in module._parameters.items():
+            if param is not None:
+                yield (f"{path}.{name}" if path else name), param
+
+
+def module_name(module: torch.nn.Module, frame: Any) -> str | None:
+    """The name ``module`` has in ``frame`` and its callers, as ``find_names`` would name its
+    parameters (``model.encoder``, ``layers[2]``); for an attribute of a ``self`` that is no
+    module path (a trainer's ``self.net``), the attribute's name; else None."""
+    variables, owners = _variables(_user_frames(frame))
+    for var, value in variables:
+        name = _module_in(var, value, module)
+        if name is not None:
+            return name
+    for owner in owners:
+        if owner is module:
+            continue
+        registered = owner._modules if isinstance(owner, torch.nn.Module) else {}
+        attributes = [*registered.items(),
+                      *((k, v) for k, v in _attributes(owner) if k not in _MODULE_ATTRIBUTES)]
+        for var, value in attributes:
+            name = _module_in(var, value, module)
+            if name is not None:
+                return name
+    return None
+
+
+def _module_in(var: str, value: Any, module: torch.nn.Module) -> str | None:
+    """``var``'s path to ``module`` when ``value`` is it, holds it, or lists it; else None."""
+    if value is module:
+        return var
+    if isinstance(value, torch.nn.Module):
+        for path, inner in module_paths(value):
+            if inner is module:
+                return f"{var}.{path}"
+        return None
+    for label, item in container_items(var, value):
+        if item is module:
+            return label
+    return None
+
+
+def _by_preference(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
+    """An object's attributes, plain containers of modules first (as ``_variables``)."""
+    items = list(namespace.items())
+    first = [item for item in items if _holds_modules(item[1])]
+    if not first:
+        return items
+    return first + [item for item in items if not any(item is f for f in first)]
+
+
+def _holds_modules(value: Any) -> bool:
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    return len(value) <= _MAX_CONTAINER and any(isinstance(v, torch.nn.Module) for v in value)
+
+
+def _user_frames(frame: Any) -> list[Any]:
+    """``frame`` and its callers outside torch and backstep, innermost first (at most 12)."""
+    frames = []
+    while frame is not None and len(frames) < _MAX_FRAMES:
+        if not is_internal(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 def fallback_name(node_id: int, tensor: Any) -> str:

@@ -65,6 +65,11 @@ OPTIONAL: dict[str, str] = {
     "torch.distributed.distributed_c10d._get_default_group":
         "process_group: the default group's backends (ProcessGroup._get_backend, "
         "_device_types, options._timeout) for the collective timeout; left out without them",
+    "torch._C._current_graph_task_id":
+        "provenance_modules: a forward re-run inside a backward (reentrant checkpoint) gets the "
+        "mode back; left untagged without it",
+    "torch._C._current_autograd_node":
+        "provenance_modules: the line of the node that re-runs a forward (the checkpoint call)",
 }
 
 _PROBE_TIMEOUT = 300.0

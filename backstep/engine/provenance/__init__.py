@@ -74,8 +74,9 @@ class Provenance:
     """Records provenance for nodes created on the installing thread while installed.
 
     Module paths are tracked on every thread (every module call); sources only on the thread
-    that called ``install()`` (torch-function modes are per thread). ``error`` holds the reason
-    when installing failed (provenance then simply stays off).
+    that called ``install()`` (torch-function modes are per thread), and in module forwards a
+    backward re-runs (reentrant checkpoint), on whichever thread runs them. ``error`` holds the
+    reason when installing failed (provenance then simply stays off).
     """
 
     def __init__(self, *, saved_versions: bool = True) -> None:

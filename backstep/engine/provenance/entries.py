@@ -9,7 +9,6 @@ mode stack and name root modules from the caller's variables (``modules`` uses t
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -18,12 +17,12 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
-from backstep.engine.naming import frame_locals
 from backstep.engine.provenance.frames import (
     _UNSET,
 )
 from backstep.engine.provenance.inplace import record, tensor_versions
 from backstep.engine.provenance.scopes import (
+    SOURCE_KEY,
     Region,
     _ModuleMap,
 )
@@ -59,47 +58,9 @@ class _Stack(threading.local):
         self.region: Region | None = None  # entries[-1] when it is a Region
 
 
-def _variable_name(module: nn.Module, frame: FrameType | None) -> str | None:
-    """Name of a local (or an attribute of ``self``) in ``frame`` that holds ``module``."""
-    if frame is None:
-        return None
-    local_vars = frame_locals(frame)  # a plain f_locals read would keep the caller's locals alive
-    for name, value in local_vars.items():
-        if value is module:
-            return name
-    owner = local_vars.get("self")
-    if owner is not None:
-        for table in (getattr(owner, "__dict__", None), getattr(owner, "_modules", None)):
-            if isinstance(table, dict):
-                for name, value in table.items():
-                    if value is module:
-                        return name
-    return None
-
-
 _grad_enabled = torch.is_grad_enabled
 _stack_depth = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
-
-
-# (id(module), id(code), f_lasti) of a root call -> (the module, the variable naming it there);
-# shared by the trackers (a re-installed Provenance names its first forward without a lookup)
-_root_names: dict[tuple[int, int, int], tuple[weakref.ref[nn.Module], str | None]] = {}
-
-def _root_name(module: nn.Module, frame: FrameType | None) -> str | None:
-    """``_variable_name``, remembered per module and call site (reading a frame's
-    variables copies them all: a script's module-level globals, on every forward)."""
-    if frame is None:
-        return None
-    key = (id(module), id(frame.f_code), frame.f_lasti)
-    hit = _root_names.get(key)
-    if hit is not None and hit[0]() is module:
-        return hit[1]
-    name = _variable_name(module, frame)
-    if len(_root_names) >= 1024:
-        _root_names.clear()
-    _root_names[key] = (weakref.ref(module), name)
-    return name
 
 
 # Modules whose eval fast path is skipped when a torch-function mode is active.
@@ -134,6 +95,33 @@ def _call_frame(entry: Any) -> FrameType | None:
     if type(entry) is _Watch:
         return entry.region.caller
     return entry.frame
+
+
+_graph_task = getattr(torch._C, "_current_graph_task_id", None)
+_autograd_node = getattr(torch._C, "_current_autograd_node", None)
+
+
+def _rerun(mode: Any) -> bool:
+    """A root forward that should get ``mode`` pushed: one a backward runs (reentrant
+    checkpoint's recompute, inside CheckpointFunctionBackward). A backward called through the
+    mode runs inside its handler, where torch has taken it off the stack, so without this the
+    re-run forward would record no line and no module."""
+    return (
+        _graph_task is not None
+        and mode is not None
+        and mode.enabled
+        and _graph_task() != -1
+        and not _on_stack(mode)
+    )
+
+
+def _rerun_source() -> Any:
+    """Source of the node whose backward re-runs a forward (the ``checkpoint(...)`` line)."""
+    try:
+        node = _autograd_node() if _autograd_node is not None else None
+        return node.metadata.get(SOURCE_KEY) if node is not None else None
+    except Exception:
+        return None
 
 
 def _push_back(mode: Any) -> Callable[[], None]:

@@ -1,10 +1,12 @@
 """Track which nn.Module's forward is running, as a dotted path, per thread.
 
 ``enter`` and ``leave``, run around every module call (provenance_calls), keep a per-thread
-stack. A root module (called with nothing on the stack) is named by the variable that holds it in
-the user's frame (``model``), else by its class; nested modules get their path from the root's
-``named_modules()`` (cached, rebuilt at most once per root call when a module is missing), so
+stack. A root module (called with nothing on the stack) is named by the variable that holds or
+reaches it in the user's frames (``model``, as its parameters' leaf names), else by its class;
+nested modules get their path from the root's module map (provenance_paths), so
 ``model.encoder.layers.3.self_attn`` comes out whether the call went through a ModuleList or not.
+A root forward that a backward re-runs (reentrant checkpoint) gets the mode pushed back for its
+extent: inside the backward's call the mode is off the stack, and its nodes would go untagged.
 
 Inside torch's own modules the tracker also stands in for the torch-function mode (see
 provenance_scopes): when a library module starts with the mode on top of the thread's stack, the
@@ -19,7 +21,6 @@ back), so the fast path runs exactly as without backstep.
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -39,7 +40,8 @@ from backstep.engine.provenance.entries import (
     _on_stack,
     _on_top,
     _push_back,
-    _root_name,
+    _rerun,
+    _rerun_source,
     _Stack,
     _Watch,
 )
@@ -50,11 +52,11 @@ from backstep.engine.provenance.frames import (
     user_frame,
 )
 from backstep.engine.provenance.inplace import tensor_versions
+from backstep.engine.provenance.paths import place, root_name
 from backstep.engine.provenance.scopes import (
     INPLACE_CLASSES,
     LIBRARY_CLASSES,
     LIBRARY_INPLACE,
-    TABLES,
     Region,
     module_kind,
     tag_outputs,
@@ -66,7 +68,6 @@ class ModuleTracker:
 
     def __init__(self) -> None:
         self._stack = _Stack()
-        self._maps = TABLES  # root module -> its module map (shared, weak-keyed)
         self._hooks_now: tuple[provenance_calls.Enter, provenance_calls.Leave] | None = None
         # Called at each forward's start with no grad; returns a callable undoing what it did.
         self.on_no_grad: Callable[[], Callable[[], None] | None] | None = None
@@ -175,6 +176,9 @@ class ModuleTracker:
             return
         grad = _grad_enabled()
         mode = self.mode
+        rerun = None
+        if not entries and grad and _rerun(mode) and not _fast_path_possible(module, args):
+            rerun = _push_back(mode)  # a forward a backward re-runs: tagged as any forward
         if (
             grad
             and kind
@@ -183,13 +187,16 @@ class ModuleTracker:
             and _on_top(mode)
             and not _fast_path_possible(module, args)
         ):
-            self._open_region(module, args, entries, caller)
+            self._open_region(module, args, entries, caller, rerun)
             return
         path, origin = self._place(module, entries, caller)
         entry = _Entry(module, path, origin)
         entries.append(entry)
         state.region = None
         entry.frame = call_impl_frame(caller)
+        if rerun is not None:
+            entry.resume, entry.pushes = rerun, True
+            return
         if not grad:
             provenance_cuts.note("no_grad", entry.path, find_source(caller, entries))
         if region is not None:
@@ -290,20 +297,25 @@ class ModuleTracker:
             torch._C._pop_torch_function_stack()
 
     def _open_region(
-        self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType
+        self, module: nn.Module, args: Any, entries: list[Any], caller: FrameType,
+        rerun: Callable[[], None] | None = None,
     ) -> None:
-        """A library module called with the mode on top: pop the mode until it returns."""
+        """A library module called with the mode on top: pop the mode until it returns.
+        ``rerun``: the mode was pushed for a forward a backward re-runs; undone at its end."""
         if entries:
             path, origin = self._place(module, entries, caller)
             impl = call_impl_frame(caller)
             source = find_source(impl.f_back if impl is not None else caller, entries)
         else:  # a root: the user frame that names it is the line that called it
             user = user_frame(caller)
-            path = _root_name(module, user) or type(module).__name__
+            path = root_name(module, user) or type(module).__name__
             origin = None
-            source = source_dict(user) if user is not None else None
+            source = _rerun_source() if rerun is not None else None
+            if source is None and user is not None:
+                source = source_dict(user)
         region = Region(module, path, origin, source, _get_sequence_nr())
         region.caller = caller
+        region.resume = rerun
         entries.append(region)
         try:
             torch._C._pop_torch_function_stack()
@@ -333,6 +345,9 @@ class ModuleTracker:
             mode = self.mode
             if mode is not None and mode.enabled:
                 torch._C._push_on_torch_function_stack(mode)
+            if region.resume is not None:
+                region.resume()
+                region.resume = None
 
     @staticmethod
     def _close_entry(entry: _Entry) -> None:
@@ -368,33 +383,4 @@ class ModuleTracker:
         self, module: nn.Module, entries: list[Any], caller: FrameType | None
     ) -> tuple[str, _Entry | None]:
         """(dotted path, the origin entry it is named from; None: a new root)."""
-        if not entries:
-            name = _root_name(module, user_frame(caller))
-            return name or type(module).__name__, None
-        top = entries[-1]
-        origin = top.origin
-        relative = self._relative(origin, module)
-        if relative is None:  # not registered under the root: a new root below ``top``
-            name = _root_name(module, user_frame(caller))
-            return f"{top.path}.{name or type(module).__name__}", None
-        return (f"{origin.path}.{relative}" if relative else origin.path), origin
-
-    def _relative(self, origin: _Entry, module: nn.Module) -> str | None:
-        """``module``'s path relative to ``origin.module`` ("" for itself), or None."""
-        root = origin.module
-        table = origin.table
-        if table is None:
-            table = origin.table = self._maps.get(root)
-        if table is not None:
-            hit = table.get(id(module))
-            if hit is not None and hit[0]() is module:
-                return hit[1]  # None: known not to be registered under this root
-            if origin.rebuilt:
-                return None
-        origin.rebuilt = True
-        table = {id(m): (weakref.ref(m), name) for name, m in root.named_modules()}
-        hit = table.get(id(module))
-        if hit is None:
-            table[id(module)] = (weakref.ref(module), None)
-        self._maps[root] = origin.table = table
-        return hit[1] if hit is not None else None
+        return place(module, entries, caller)

@@ -18,9 +18,10 @@ that Region in ``AROUND_KEY``, to find the nodes the region made before.
 
 ``annotate`` (and ``source_of``/``module_of``) turn a Region into Scopes when first asked: one
 slotted Scope per module call (its [start, end) sequence numbers, module path, the user line, the
-enclosing Scope), paths resolved from the root's ``named_modules()``. A node made in a region
-belongs to the innermost Scope whose range holds its sequence number (a bisection: ranges nest,
-and starts grow in call order); untagged parents of a node with a Scope get theirs the same way.
+enclosing Scope), paths resolved from the root's module map (``naming.module_paths``). A node
+made in a region belongs to the innermost Scope whose range holds its sequence number (a
+bisection: ranges nest, and starts grow in call order); untagged parents of a node with a
+Scope get theirs the same way.
 
 Behaviour that differs from the per-op mode: user callables that are not modules, run inside a
 library module (a custom activation function passed to nn.TransformerEncoderLayer), are attributed
@@ -53,6 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from backstep.engine.naming import module_paths
 from backstep.engine.provenance.frames import code_file
 
 SOURCE_KEY = "backstep.source"
@@ -77,8 +79,8 @@ TABLES: weakref.WeakKeyDictionary[nn.Module, _ModuleMap] = weakref.WeakKeyDictio
 
 
 def build_table(root: nn.Module) -> _ModuleMap:
-    """Map the root's registered submodules (cached in TABLES)."""
-    table = {id(m): (weakref.ref(m), name) for name, m in root.named_modules()}
+    """Map the root's submodules, registered or held in plain containers (cached in TABLES)."""
+    table = {id(m): (weakref.ref(m), name) for name, m in module_paths(root)}
     TABLES[root] = table
     return table
 
@@ -137,11 +139,10 @@ class Region:
 
     __slots__ = (
         "module", "key", "path", "origin", "source", "start", "end", "log", "versions", "base",
-        "root", "table", "rebuilt", "scopes", "starts", "caller",
+        "root", "table", "rebuilt", "scopes", "starts", "caller", "resume",
     )  # fmt: skip
 
     frame = None  # no module call frame for find_source to match
-    resume = None
     pushes = False  # the mode is off while it runs
 
     def __init__(self, module: nn.Module, path: str, origin: Any, source: Any, start: int) -> None:
@@ -163,6 +164,7 @@ class Region:
         self.caller: Any = None  # the module call's frame (provenance_calls), while it runs
         self.scopes: list[Scope] | None = None  # built from ``log`` when first asked
         self.starts: list[int] | None = None
+        self.resume: Any = None  # run after its end gave the mode back (a re-run's own push)
 
     def finish(self, end: int) -> None:
         """The module returned: keep how to name its inner modules, drop every strong ref."""
