@@ -56,15 +56,17 @@ def target_argv(args: argparse.Namespace) -> list[str]:
     return [args.script, *args.args]
 
 
-def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | None:
+def open_traces(who: str, *paths: str, partial: bool = False,
+                strict: bool = False) -> list[Any] | None:
     """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the
-    first that is not a trace and closing those already open: the command then exits 2."""
+    first that is not a trace and closing those already open: the command then exits 2.
+    ``strict``: a malformed event is such an error (``diff``, ``export``), not a skipped line."""
     from backstep.traces.index import TraceError, TraceIndex
 
     opened: list[Any] = []
     try:
         for path in paths:
-            opened.append(TraceIndex(path, partial=partial))
+            opened.append(TraceIndex(path, partial=partial, strict=strict))
     except TraceError as exc:
         for index in opened:
             index.close()

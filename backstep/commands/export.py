@@ -31,8 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces
     from backstep.traces.dot import to_dot
+    from backstep.traces.index import TraceError
 
-    opened = open_traces("export", args.trace)
+    opened = open_traces("export", args.trace, strict=True)
     if opened is None:
         return 2
     index = opened[0]
@@ -48,7 +49,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"backstep export: no pass {number} in {args.trace} (passes "
                   f"{numbers[0]}-{numbers[-1]})", file=sys.stderr)
             return 2
-        text = to_dot(index.read(number))
+        try:
+            text = to_dot(index.read(number))
+        except TraceError as exc:  # a malformed event in the pass
+            print(f"backstep export: {exc}", file=sys.stderr)
+            return 2
     data = text.encode()
     if args.svg:
         dot = shutil.which("dot")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backstep.protocol import VERSION
+from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
@@ -37,6 +38,14 @@ LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one r
 
 class TraceError(Exception):
     """The file cannot be read as a trace at all (the CLI prints it and exits with code 2)."""
+
+
+class MalformedEvent(TraceError):
+    """An event whose fields do not fit the schema (``traces.schema``), read by a strict index:
+    ``file:line: field X: expected int, got list``."""
+
+
+REJECTIONS_KEPT = 1000  # malformed lines whose reason is kept (the first ones found)
 
 
 @dataclass
@@ -91,8 +100,15 @@ class TraceIndex:
     needs no more); ``scan()`` goes on in slices, and ``done`` says when the whole file is in.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False,
+                 strict: bool = False) -> None:
         self.path = os.fspath(path)
+        # strict: a malformed event raises MalformedEvent (diff, export); else it is skipped as
+        # an unreadable line is, and ``rejected`` says why (start offset -> reason)
+        self.strict = strict
+        self.rejected: dict[int, str] = {}
+        self._malformed = 0
+        self._line_mark = (0, 1)  # (offset, its line number): where line_of counts on from
         self.session: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
         self.passes: dict[int, PassIndex] = {}
@@ -154,11 +170,12 @@ class TraceIndex:
                     start = end
                     continue
                 event = self._parse(start, end)
-                if first and event is None:
+                if first and event is None and start not in self.rejected:
                     raise TraceError(f"{self.path} is not a backstep trace (line 1 is not a "
                                      "JSON event; write one with `backstep trace`)")
                 if event is None:
-                    self._corrupt.append(self.lines)
+                    if start not in self.rejected:
+                        self._corrupt.append(self.lines)
                     start = end
                     continue
                 kind, number = event.get("event"), event.get("pass")
@@ -206,6 +223,9 @@ class TraceIndex:
             else:
                 self.problems.append(f"{len(lines)} unreadable line(s) skipped (first: line "
                                      f"{lines[0]})")
+        if self._malformed:
+            first = self.rejected[min(self.rejected)]
+            self.problems.append(f"{self._malformed} malformed event(s) skipped (first: {first})")
         if self._orphans:
             self.problems.append(f"{self._orphans} event(s) of passes with no pass_begin skipped")
         open_passes = [n for n, p in self.passes.items() if not p.complete]
@@ -246,7 +266,31 @@ class TraceIndex:
             event = json.loads(self._map[start:end])
         except (ValueError, RecursionError):
             return None
-        return event if isinstance(event, dict) and "event" in event else None
+        if not isinstance(event, dict) or "event" not in event:
+            return None
+        error = check(event)
+        if error is None:
+            return event
+        if start not in self.rejected:
+            where = f"{self.path}:{self.line_of(start)}: {error}"
+            if self.strict:
+                raise MalformedEvent(where)
+            self._malformed += 1
+            if len(self.rejected) < REJECTIONS_KEPT:
+                self.rejected[start] = where
+        return None
+
+    def line_of(self, offset: int) -> int:
+        """The line number (1-based) of the line starting at byte ``offset``, counted on from
+        the last one asked for when it is further on (malformed lines are met in file order)."""
+        at, lines = self._line_mark if offset >= self._line_mark[0] else (0, 1)
+        data = self._map
+        while at < offset:
+            chunk = data[at:min(offset, at + (1 << 24))]
+            lines += chunk.count(b"\n")
+            at += len(chunk)
+        self._line_mark = (offset, lines)
+        return lines
 
     def _check_version(self) -> None:
         version = (self.session or {}).get("version")
