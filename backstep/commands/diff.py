@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from typing import Any
 
 from backstep.traces.report import finding_lines, num
@@ -38,21 +40,55 @@ def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
                         "half types 1e-5)")
 
 
+def tolerance_problem(args: argparse.Namespace) -> str | None:
+    """Why --rtol or --atol cannot be a tolerance (nan, inf, negative), or None."""
+    for name in ("rtol", "atol"):
+        value = getattr(args, name, None)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"--{name} must be a finite number >= 0, not {value}"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces
     from backstep.traces.diff import Tolerance, diff
+    from backstep.traces.index import TraceError
 
-    opened = open_traces("diff", args.a, args.b)
+    problem = tolerance_problem(args)
+    if problem is not None:
+        print(f"backstep diff: {problem}", file=sys.stderr)
+        return 2
+    opened = open_traces("diff", args.a, args.b, strict=True)
     if opened is None:
         return 2
     a, b = opened
-    with a, b:
-        report = diff(a, b, Tolerance(args.rtol, args.atol))
+    try:
+        with a, b:
+            report = diff(a, b, Tolerance(args.rtol, args.atol))
+    except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
+        print(f"backstep diff: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
     else:
         print(render(report))
     return 0 if report["same"] else 1
+
+
+def json_text(report: dict[str, Any]) -> str:
+    """The report as strict JSON: a non-finite number is written as the string "nan", "inf"
+    or "-inf", as the trace itself writes them (``json.dumps`` alone would write Infinity)."""
+    return json.dumps(_finite(report), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _norms(values: list | None) -> str:

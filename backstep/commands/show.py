@@ -11,7 +11,7 @@ import contextlib
 import sys
 
 from backstep import protocol
-from backstep.commands.diff import add_tolerance_arguments
+from backstep.commands.diff import add_tolerance_arguments, tolerance_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,10 @@ def main(args: argparse.Namespace) -> int:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
     except protocol.ProtocolError as exc:
         print(f"backstep show: {exc}", file=sys.stderr)
+        return 2
+    problem = tolerance_problem(args) if args.against else None
+    if problem is not None:
+        print(f"backstep show: {problem}", file=sys.stderr)
         return 2
     opened = open_traces("show", args.trace, partial=True)
     if opened is None:
