@@ -68,6 +68,10 @@ def main(args: argparse.Namespace) -> int:
     except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
         print(f"backstep diff: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a crash must never read as "the traces differ"
+        print(f"backstep diff: cannot compare {args.a} and {args.b}: {type(exc).__name__} "
+              "(a bug in backstep: please report it)", file=sys.stderr)
+        return 2
     if args.json:
         print(json_text(report))
     else:

@@ -163,8 +163,10 @@ class TraceIndex:
             end = size if newline < 0 else newline + 1
             self.lines += 1
             match = head(data, start, min(end, start + 64))
-            if match is not None and data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}":
-                match = None  # not a whole line: let the parser decide
+            if match is not None and (data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}"
+                                      or match.group(2) is None and match.group(1) in _BYTE_CODE):
+                match = None  # not a whole line, or a pass event's pass not written as a number
+                # (or not second): let the parser decide
             if match is None:
                 if data[start:end].strip() == b"":
                     start = end
@@ -253,7 +255,8 @@ class TraceIndex:
         """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
         data = self._map
         match = _HEAD.match(data, start, min(end, start + 64))
-        if match is not None and (data[end - 2:end] == b"}\n" or data[end - 1:end] == b"}"):
+        if match is not None and (data[end - 2:end] == b"}\n" or data[end - 1:end] == b"}") \
+                and (match.group(2) or match.group(1) not in _BYTE_CODE):
             return match.group(1).decode(), int(match.group(2)) if match.group(2) else None
         event = self._parse(start, end)
         if event is None:
@@ -335,7 +338,7 @@ class TraceIndex:
             newline = find(b"\n", start)
             end = size if newline < 0 else newline + 1
             match = head(data, start, min(end, start + 64))
-            if match is not None and data[end - 2 : end] == b"}\n":  # as written (else parsed)
+            if match is not None and data[end - 2 : end] == b"}\n" and match.group(2):  # as written
                 code = codes.get(match.group(1)) if match.group(2) == mine else None
             else:
                 kind, at = self._head(start, end)

@@ -23,10 +23,13 @@ from typing import Any
 MAX_INT = 2**53  # as protocol.MAX_INT: what every consumer holds exactly
 NUMBER_WORDS = frozenset({"nan", "inf", "-inf"})
 
-# A field's kind: (what it must be, in words; a test of a value) - or, for objects and lists,
-# a function (value, where) -> error | None that looks inside.
+# A field's kind: a leaf (what it must be, in words; a test of a value), or, for objects and
+# lists, a function that looks inside: value -> None, or (where below it, what is wrong). The
+# path of a field is built only when something is wrong: the common case costs no strings.
 Test = Callable[[Any], bool]
-Field = tuple[str, Test] | Callable[[Any, str], "str | None"]
+Error = tuple[str, str]
+Checker = Callable[[Any], "Error | None"]
+Field = tuple[str, Test] | Checker
 
 
 def _int(v: Any) -> bool:
@@ -42,16 +45,21 @@ def _num(v: Any) -> bool:
     return t is str and v in NUMBER_WORDS
 
 
-def _or_null(test: Test) -> Test:
-    return lambda v: v is None or test(v)
+def _num_or_null(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return v - v == 0.0
+    if t is int:
+        return -MAX_INT <= v <= MAX_INT
+    return v is None or (t is str and v in NUMBER_WORDS)
 
 
 INT = ("int", _int)
-INT_OR_NULL = ("int or null", _or_null(_int))
+INT_OR_NULL = ("int or null", lambda v: v is None or type(v) is int and -MAX_INT <= v <= MAX_INT)
 STR = ("str", lambda v: type(v) is str)
 STR_OR_NULL = ("str or null", lambda v: v is None or type(v) is str)
 BOOL_OR_NULL = ("bool or null", lambda v: v is None or type(v) is bool)
-NUM_OR_NULL = ("number or null", _or_null(_num))
+NUM_OR_NULL = ("number or null", _num_or_null)
 SCALAR = ("number, str, bool or null",
           lambda v: v is None or type(v) in (bool, str) or _num(v))
 
@@ -70,57 +78,70 @@ def what(v: Any) -> str:
     return t.__name__
 
 
-def list_of(item: Field, name: str, *, null: bool = True) -> Field:
+def list_of(item: Field, name: str, *, null: bool = True) -> Checker:
     """A list whose items are each ``item`` (or null for the whole list when ``null``)."""
-    def check(value: Any, where: str) -> str | None:
-        if type(value) is not list:
-            if null and value is None:
+    if isinstance(item, tuple):
+        words, test = item
+
+        def check_leaves(value: Any) -> Error | None:
+            if type(value) is not list:
+                return None if null and value is None else ("", f"expected {name}, got "
+                                                                f"{what(value)}")
+            if all(map(test, value)):
                 return None
-            return f"field {where}: expected {name}, got {what(value)}"
-        if isinstance(item, tuple):
-            words, test = item
-            for i, x in enumerate(value):
-                if not test(x):
-                    return f"field {where}[{i}]: expected {words}, got {what(x)}"
-            return None
+            i = next(i for i, x in enumerate(value) if not test(x))
+            return f"[{i}]", f"expected {words}, got {what(value[i])}"
+        return check_leaves
+
+    def check_items(value: Any) -> Error | None:
+        if type(value) is not list:
+            return None if null and value is None else ("", f"expected {name}, got "
+                                                            f"{what(value)}")
         for i, x in enumerate(value):
-            error = item(x, f"{where}[{i}]")
+            error = item(x)
             if error is not None:
-                return error
+                return f"[{i}]{error[0]}", error[1]
         return None
-    return check
+    return check_items
 
 
 def obj(fields: dict[str, Field], name: str, *, required: tuple[str, ...] = (),
-        null: bool = True) -> Callable[[Any, str], str | None]:
+        null: bool = True) -> Checker:
     """An object whose known fields are each of their kind (or null for the whole when
     ``null``)."""
-    def check(value: Any, where: str) -> str | None:
+    leaves, nested = split(fields)
+
+    def check(value: Any) -> Error | None:
         if type(value) is not dict:
-            if null and value is None:
-                return None
-            return f"field {where}: expected {name}, got {what(value)}"
-        return fields_of(value, fields, required, where + ".")
+            return None if null and value is None else ("", f"expected {name}, got "
+                                                            f"{what(value)}")
+        return fields_of(value, leaves, nested, required)
     return check
 
 
-def fields_of(value: dict[str, Any], fields: dict[str, Field], required: tuple[str, ...],
-              prefix: str = "") -> str | None:
+def split(fields: dict[str, Field]) -> tuple[dict[str, tuple[str, Test]], dict[str, Checker]]:
+    """The leaf fields and the nested ones apart (one dict look-up a field, no type test)."""
+    return ({k: v for k, v in fields.items() if isinstance(v, tuple)},
+            {k: v for k, v in fields.items() if not isinstance(v, tuple)})
+
+
+def fields_of(value: dict[str, Any], leaves: dict[str, tuple[str, Test]],
+              nested: dict[str, Checker], required: tuple[str, ...]) -> Error | None:
     """The first field of ``value`` not of its kind (or a required one missing), or None."""
     for key in required:
         if key not in value:
-            return f"field {prefix}{key}: missing"
+            return f".{key}", "missing"
     for key, x in value.items():
-        kind = fields.get(key)
-        if kind is None:
-            continue  # a field this version does not read
-        if isinstance(kind, tuple):
-            if not kind[1](x):
-                return f"field {prefix}{key}: expected {kind[0]}, got {what(x)}"
-        else:
-            error = kind(x, prefix + key)
+        leaf = leaves.get(key)
+        if leaf is not None:
+            if not leaf[1](x):
+                return f".{key}", f"expected {leaf[0]}, got {what(x)}"
+            continue
+        inner = nested.get(key)  # None: a field this version does not read
+        if inner is not None:
+            error = inner(x)
             if error is not None:
-                return error
+                return f".{key}{error[0]}", error[1]
     return None
 
 
@@ -145,9 +166,9 @@ SAVED = list_of(obj({
     "name": STR, "status": STR_OR_NULL, "shape": list_of(INT, "list of ints or null"),
     "dtype": STR_OR_NULL, "bytes": INT_OR_NULL,
     "version": obj({"saved": INT_OR_NULL, "now": INT_OR_NULL}, "{saved, now} or null"),
-    "value": lambda v, where: (
-        None if SCALAR[1](v) or (type(v) is list and all(SCALAR[1](x) for x in v))
-        else f"field {where}: expected a number, str or list of them, got {what(v)}"),
+    "value": lambda v: (
+        None if SCALAR[1](v) or (type(v) is list and all(map(SCALAR[1], v)))
+        else ("", f"expected a number, str or list of them, got {what(v)}")),
 }, "saved-tensor object", required=("name",), null=False), "list of saved tensors or null")
 NODE_INFO = obj({
     "id": INT, "name": STR, "next": list_of(INT_OR_NULL, "list of ids or null"),
@@ -156,7 +177,7 @@ NODE_INFO = obj({
 IDS = list_of(INT, "list of ids or null")
 
 # event -> (its fields, the ones it cannot do without)
-EVENTS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
+SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
     "session": ({"version": INT_OR_NULL, "torch": STR_OR_NULL,
                  "argv": list_of(STR, "list of str or null"), "pid": INT_OR_NULL,
                  "python": STR_OR_NULL, "rank": INT_OR_NULL, "local_rank": INT_OR_NULL,
@@ -198,6 +219,9 @@ EVENTS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
 }
 
 
+EVENTS = {kind: (*split(fields), required) for kind, (fields, required) in SPECS.items()}
+
+
 def check(event: Any) -> str | None:
     """Why ``event`` does not fit the event stream's schema, in one line; None when it fits."""
     if type(event) is not dict:
@@ -209,4 +233,5 @@ def check(event: Any) -> str | None:
     spec = EVENTS.get(kind)
     if spec is None:
         return None  # an event this version does not know: its consumers skip it
-    return fields_of(event, spec[0], spec[1])
+    error = fields_of(event, *spec)
+    return None if error is None else f"field {error[0][1:]}: {error[1]}"
