@@ -38,15 +38,7 @@ def _int(v: Any) -> bool:
 
 
 def _num(v: Any) -> bool:
-    t = type(v)
-    if t is float:
-        return True
-    if t is int:
-        return -MAX_INT <= v <= MAX_INT
-    return t is str and v in NUMBER_WORDS
-
-
-def _num_or_null(v: Any) -> bool:
+    """A number as a trace writes one, or null (nothing recorded)."""
     t = type(v)
     if t is float:
         return True
@@ -60,9 +52,8 @@ INT_OR_NULL = ("int or null", lambda v: v is None or type(v) is int and -MAX_INT
 STR = ("str", lambda v: type(v) is str)
 STR_OR_NULL = ("str or null", lambda v: v is None or type(v) is str)
 BOOL_OR_NULL = ("bool or null", lambda v: v is None or type(v) is bool)
-NUM_OR_NULL = ("number or null", _num_or_null)
-SCALAR = ("number, str, bool or null",
-          lambda v: v is None or type(v) in (bool, str) or _num(v))
+NUM_OR_NULL = ("number or null", _num)
+SCALAR = ("number, str, bool or null", lambda v: type(v) in (bool, str) or _num(v))
 
 
 def what(v: Any) -> str:
@@ -150,7 +141,7 @@ SOURCE = obj({"file": STR_OR_NULL, "line": INT_OR_NULL, "code": STR_OR_NULL, "ro
              "{file, line, code} or null")
 NUMBERS = list_of(NUM_OR_NULL, "list of numbers or null")
 # a summary's values: numbers (a complex one as [re, im]), or ints and bools
-VALUE = ("number, bool or [re, im]",
+VALUE = ("number, bool, [re, im] or null",
          lambda v: _num(v) or type(v) is bool
          or (type(v) is list and len(v) == 2 and _num(v[0]) and _num(v[1])))
 SUMMARY = obj({
