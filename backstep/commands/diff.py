@@ -1,7 +1,8 @@
 """``backstep diff A.jsonl B.jsonl``: where two recorded runs' gradients part ways.
 
-Exit code 0 when they agree, 1 when they differ, 2 when either file cannot be read: usable in CI
-to guard a custom backward against its reference.
+Exit code 0 when they agree, 1 when they differ, 2 when either file cannot be read, holds an
+event whose fields are not of their types (``traces/schema``), or the tolerances are not ones:
+usable in CI to guard a custom backward against its reference (a crash never reads as 1).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("a", metavar="A.jsonl", help="the first trace (e.g. the reference)")
     parser.add_argument("b", metavar="B.jsonl", help="the second trace")
     add_tolerance_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--json", action="store_true", help="print the report as one strict-JSON object (non-finite numbers as "
+                        "the strings \"nan\", \"inf\", \"-inf\")")
     parser.set_defaults(handler=main)
 
 
