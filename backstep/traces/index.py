@@ -108,6 +108,7 @@ class TraceIndex:
         self.strict = strict
         self.rejected: dict[int, str] = {}
         self._malformed = 0
+        self._refused = -1  # the start of the last line _parse refused as malformed
         self._line_mark = (0, 1)  # (offset, its line number): where line_of counts on from
         self.session: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
@@ -172,11 +173,11 @@ class TraceIndex:
                     start = end
                     continue
                 event = self._parse(start, end)
-                if first and event is None and start not in self.rejected:
+                if first and event is None and self._refused != start:
                     raise TraceError(f"{self.path} is not a backstep trace (line 1 is not a "
                                      "JSON event; write one with `backstep trace`)")
                 if event is None:
-                    if start not in self.rejected:
+                    if self._refused != start:  # not JSON (a malformed event is counted)
                         self._corrupt.append(self.lines)
                     start = end
                     continue
@@ -274,6 +275,7 @@ class TraceIndex:
         error = check(event)
         if error is None:
             return event
+        self._refused = start
         if start not in self.rejected:
             where = f"{self.path}:{self.line_of(start)}: {error}"
             if self.strict:
