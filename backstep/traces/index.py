@@ -165,7 +165,7 @@ class TraceIndex:
             self.lines += 1
             match = head(data, start, min(end, start + 64))
             if match is not None and (data[end - 2:end] != b"}\n" and data[end - 1:end] != b"}"
-                                      or match.group(2) is None and match.group(1) in _BYTE_CODE):
+                                      or match.lastindex == 1 and match.group(1) in _BYTE_CODE):
                 match = None  # not a whole line, or a pass event's pass not written as a number
                 # (or not second): let the parser decide
             if match is None:
