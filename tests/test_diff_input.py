@@ -104,3 +104,18 @@ def test_positions_align_the_same_path_in_two_passes_and_only_it() -> None:
                                            {"id": 9, "next": [8]}]}, places)
     assert a[10] == b[7] and a[11] == b[9] and a[12] == b[8]
     assert len({a[10], a[11], a[12]}) == 3
+
+
+def test_a_node_with_no_step_is_reported_in_the_context(tmp_path: Path) -> None:
+    """The recorder writes ``"step": null`` for a node that failed; the context rows printed it
+    with a width, a TypeError that exited 1, "the traces differ"."""
+    events = [json.loads(line) for line in BASE.read_text().splitlines()]
+    events[2]["step"] = None
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps(e) + "\n" for e in events))
+    events[4]["grad_inputs"][0]["norm"] = 99.0
+    b = tmp_path / "b.jsonl"
+    b.write_text("".join(json.dumps(e) + "\n" for e in events))
+    code, out, err = run("diff", a, b)
+    assert (code, err) == (1, "")
+    assert "    step None SumBackward0" in out

@@ -5,8 +5,9 @@ traceback, and never exit 1 ("the traces differ") for a crash.
 Each mutant changes one field of one event of a small real trace (``fixtures/small_trace.jsonl``,
 recorded by ``backstep trace``, with a diagnosis and a graph_released added): the field becomes
 a list, an object, a string, null, a huge int, another (dangling) int, NaN, Infinity or a bool,
-or is removed; or an object gets an extra field. ``diff`` runs both ways and ``export`` once,
-in-process; ``show`` opens a few mutants in Textual's pilot and steps through them.
+or is removed; or an object gets an extra field. ``diff`` runs both ways against the trace it
+came from and against one that differs at its last node (text and ``--json``), and ``export``
+once, in-process; ``show`` opens a few mutants in Textual's pilot and steps through them.
 
 In CI a seeded sample runs (a few hundred mutants, well under a minute). The full run, every
 mutant of every field, is on demand::
@@ -91,6 +92,17 @@ def chosen() -> list[tuple[int, tuple[Any, ...], int]]:
     return every if FULL else random.Random(29).sample(every, SAMPLE)
 
 
+def differing(tmp_path: Path) -> Path:
+    """The base trace with its last node's gradient changed: a diff against it reports a
+    difference, with its context rows and both sides' numbers (what a mutant must not break)."""
+    all_events = events()
+    last = [e for e in all_events if e["event"] == "node"][-1]
+    last["grad_outputs"][0]["norm"] = 1234.5
+    path = tmp_path / "other.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in all_events))
+    return path
+
+
 def run(*argv: str) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
@@ -111,6 +123,7 @@ def malformed(event: dict[str, Any], path: tuple[Any, ...], k: int) -> bool:
 @pytest.mark.parametrize("batch", range(5))
 def test_one_field_mutants_never_crash_diff_or_export(tmp_path: Path, batch: int) -> None:
     cases = chosen()[batch::5]
+    other = str(differing(tmp_path))
     failures = []
     for line, path, k in cases:
         text, event = mutate(line, path, k)
@@ -119,6 +132,7 @@ def test_one_field_mutants_never_crash_diff_or_export(tmp_path: Path, batch: int
         label = f"line {line + 1} {'.'.join(map(str, path))} = {VALUES[k]!r}"
         must_refuse = malformed(event, path, k)
         for argv in (("diff", str(mutant), str(BASE)), ("diff", str(BASE), str(mutant)),
+                     ("diff", str(mutant), other, "--json"), ("diff", other, str(mutant)),
                      ("export", str(mutant), "-o", str(tmp_path / "out.dot"))):
             try:
                 code, err = run(*argv)

@@ -67,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with a, b:
             report = diff(a, b, Tolerance(args.rtol, args.atol))
+        text = json_text(report) if args.json else render(report)
     except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
         print(f"backstep diff: {exc}", file=sys.stderr)
         return 2
@@ -74,10 +75,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"backstep diff: cannot compare {args.a} and {args.b}: {type(exc).__name__} "
               "(a bug in backstep: please report it)", file=sys.stderr)
         return 2
-    if args.json:
-        print(json_text(report))
-    else:
-        print(render(report))
+    print(text)
     return 0 if report["same"] else 1
 
 
@@ -119,6 +117,6 @@ def render(report: dict[str, Any]) -> str:
             mark = ">" if row["step"] == found.get("step") else " "
             state = "same" if row["same"] else "DIFFERS"
             into = "in " if row.get("incoming") else ""
-            lines.append(f"  {mark} step {row['step']:<4} {row['node']:<24} "
+            lines.append(f"  {mark} step {row['step']!s:<4} {row['node']!s:<24} "
                          f"{into}{_norms(row['a'])} | {into}{_norms(row['b'])}  {state}")
     return "\n".join(lines)
