@@ -14,6 +14,7 @@ from backstep.traces.index import MalformedEvent, TraceIndex
 from backstep.traces.schema import check
 from backstep.tui.messages import ServerError, SnapshotReady
 from backstep.tui.reader import Reader
+from tests.replay_traces import record
 
 BASE = Path(__file__).parent / "fixtures" / "small_trace.jsonl"
 
@@ -51,6 +52,54 @@ def test_the_recorder_s_events_fit_the_schema() -> None:
 ])
 def test_a_malformed_event_is_one_line_naming_the_field(event: dict[str, Any], why: str) -> None:
     assert check(event) == why
+
+
+# What the recorder writes at the edges of the schema: a slice saves its end as INT64_MAX,
+# autograd.grad names an input outside the graph by a null id, complex and sparse gradients, a
+# saved-tensor hook (checkpoint), create_graph, an in-place error, diagnoses, output, sys.exit.
+EDGES = """\
+import sys
+import torch
+from torch.utils.checkpoint import checkpoint
+x = torch.randn(6, 4, requires_grad=True)
+x[1:, ::2].exp().sum().backward()
+a, unused = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+torch.autograd.grad((a * 2).sum(), [a, unused], allow_unused=True)
+c = torch.randn(3, dtype=torch.complex64, requires_grad=True)
+(c * c).abs().sum().backward()
+torch.nn.Embedding(10, 3, sparse=True)(torch.tensor([1, 2])).sum().backward()
+z = torch.randn(4, requires_grad=True)
+torch.where(z > 0, z.sqrt(), z).sum().backward()
+checkpoint(lambda t: torch.sin(t) * 2, z, use_reentrant=False).sum().backward()
+torch.nn.ModuleDict({"[/]": torch.nn.Linear(4, 4)})["[/]"](x).pow(2).mean().backward(
+    create_graph=True)
+r = torch.randn(3, requires_grad=True).sigmoid()
+r.mul_(2)
+print("printed")
+try:
+    r.sum().backward()
+except RuntimeError:
+    pass
+sys.exit("bye")
+"""
+
+
+def test_every_event_a_real_run_records_fits(tmp_path: Path) -> None:
+    trace = record(tmp_path, "edges", EDGES)
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert {"session", "pass_begin", "node", "accumulate", "pass_end", "diagnosis", "output",
+            "exit"} <= {e["event"] for e in events}
+    assert [(e["event"], check(e)) for e in events if check(e) is not None] == []
+
+
+def test_what_the_recorder_writes_at_its_edges_fits() -> None:
+    """A slice saves its end as INT64_MAX; an input of autograd.grad outside the graph is a
+    null id; a failed node has no step."""
+    assert check({"event": "node", "pass": 1, "step": None, "id": 3, "name": "SliceBackward0",
+                  "saved": [{"name": "end", "status": "scalar", "value": 2**63 - 1},
+                            {"name": "sizes", "status": "scalar", "value": [2**63 - 1, -1]}],
+                  "error": "boom"}) is None
+    assert check({"event": "pass_begin", "pass": 1, "roots": [1], "inputs": [1, None]}) is None
 
 
 def test_unknown_events_and_fields_pass_the_stream_is_extended_freely() -> None:

@@ -10,7 +10,7 @@ What is checked: the type of every field a consumer reads (``protocol``'s docstr
 DESIGN.md name them; the recorder writes exactly these), when it is present; the few fields
 nothing works without (an event's name, a pass event's ``pass``, a node's ``id`` and ``name``)
 must be present. Unknown events and unknown fields pass: the stream may be extended freely.
-A number is an int within 2**53 or a float; the recorder writes a non-finite one as the
+An id or a count is an int within 2**53; a number is an int within 2**64 or a float; the recorder writes a non-finite one as the
 string ``"nan"``, ``"inf"`` or ``"-inf"``, and a hand-made ``NaN`` or ``Infinity`` means the
 same (what is printed as JSON from it is made strict JSON there: ``commands/diff.json_text``). Stdlib only, and cheap: one pass over the fields of one event,
 done only for events that are parsed (the index never parses most lines to open a trace).
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-MAX_INT = 2**53  # as protocol.MAX_INT: what every consumer holds exactly
+MAX_INT = 2**53  # ids, steps, counts: as protocol.MAX_INT, what every consumer holds exactly
+MAX_NUMBER = 2**64  # a number's int (a saved int64 such as a slice's end, 2**63 - 1): a float
 NUMBER_WORDS = frozenset({"nan", "inf", "-inf"})
 
 # A field's kind: a leaf (what it must be, in words; a test of a value), or, for objects and
@@ -43,7 +44,7 @@ def _num(v: Any) -> bool:
     if t is float:
         return True
     if t is int:
-        return -MAX_INT <= v <= MAX_INT
+        return -MAX_NUMBER <= v <= MAX_NUMBER
     return v is None or (t is str and v in NUMBER_WORDS)
 
 
@@ -66,7 +67,7 @@ def what(v: Any) -> str:
     if t is float and not v - v == 0.0:
         return f"float {v}"  # nan, inf: JSON has no such number
     if t is int and not -MAX_INT <= v <= MAX_INT:
-        return "an int beyond 2**53"
+        return "an int beyond 2**64" if abs(v) > MAX_NUMBER else "an int beyond 2**53"
     return t.__name__
 
 
@@ -178,7 +179,8 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
                        "timeout": NUM_OR_NULL}, ()),
     "pass_begin": ({"pass": INT, "parent": INT_OR_NULL, "api": STR_OR_NULL,
                     "retain_graph": BOOL_OR_NULL, "create_graph": BOOL_OR_NULL, "roots": IDS,
-                    "inputs": IDS, "thread": STR_OR_NULL, "caller": SOURCE,
+                    "inputs": list_of(INT_OR_NULL, "list of ids (or null) or null"),
+                    "thread": STR_OR_NULL, "caller": SOURCE,
                     "nodes": list_of(NODE_INFO, "list of nodes or null")}, ("pass",)),
     "node": ({"pass": INT, "step": INT_OR_NULL, "id": INT, "name": STR,
               "grad_outputs": SUMMARIES, "grad_inputs": SUMMARIES, "saved": SAVED,
