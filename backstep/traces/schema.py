@@ -67,7 +67,7 @@ def what(v: Any) -> str:
     if t is float and not v - v == 0.0:
         return f"float {v}"  # nan, inf: JSON has no such number
     if t is int and not -MAX_INT <= v <= MAX_INT:
-        return "an int beyond 2**64" if abs(v) > MAX_NUMBER else "an int beyond 2**53"
+        return "an int out of range"  # ids and counts: 2**53; numbers: 2**64
     return t.__name__
 
 
