@@ -159,6 +159,8 @@ SAVED = list_of(obj({
     "name": STR, "status": STR_OR_NULL, "shape": list_of(INT, "list of ints or null"),
     "dtype": STR_OR_NULL, "bytes": INT_OR_NULL,
     "version": obj({"saved": INT_OR_NULL, "now": INT_OR_NULL}, "{saved, now} or null"),
+    "modified_by": obj({"op": STR_OR_NULL, "file": STR_OR_NULL, "line": INT_OR_NULL,
+                        "code": STR_OR_NULL, "version": INT_OR_NULL}, "{op, file, line} or null"),
     "value": lambda v: (
         None if SCALAR[1](v) or (type(v) is list and all(map(SCALAR[1], v)))
         else ("", f"expected a number, str or list of them, got {what(v)}")),
