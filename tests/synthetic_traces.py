@@ -31,3 +31,21 @@ def write_transformer_trace(path: Path, passes: int, nodes: int,
         lines.append({"event": "pass_end", "pass": number, "status": "ok", "error": None,
                       "skipped": []})
     path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def write_chain_trace(path: Path, ops: int) -> None:
+    """One pass over a chain of ``ops`` nodes, each the only input of the one before (a graph
+    as deep as it is long): node ``i`` sits at depth ``i``."""
+    nodes = [{"id": i, "name": "MulBackward0", "next": [i + 1], "leaf": None, "source": None,
+              "module": None} for i in range(ops)]
+    nodes.append({"id": ops, "name": "AccumulateGrad", "next": [], "leaf": "x", "source": None,
+                  "module": None})
+    lines: list[dict[str, Any]] = [
+        {"event": "session", "version": 1, "torch": "test", "argv": ["t"], "pid": 1},
+        {"event": "pass_begin", "pass": 1, "api": "backward", "roots": [0], "nodes": nodes}]
+    for step, node in enumerate(nodes, start=1):
+        lines.append({"event": "node", "pass": 1, "step": step, "id": node["id"],
+                      "name": node["name"], "grad_outputs": [summary([1.0], [1])],
+                      "grad_inputs": [summary([1.0], [1])], "saved": [], "error": None})
+    lines.append({"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []})
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))

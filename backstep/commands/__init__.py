@@ -64,15 +64,17 @@ def say(who: str, message: str) -> None:
     print(f"backstep {who}: {safe_text.printable(message)}", file=sys.stderr)
 
 
-def open_traces(who: str, *paths: str, partial: bool = False) -> list[Any] | None:
+def open_traces(who: str, *paths: str, partial: bool = False,
+                strict: bool = False) -> list[Any] | None:
     """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the
-    first that is not a trace and closing those already open: the command then exits 2."""
+    first that is not a trace and closing those already open: the command then exits 2.
+    ``strict``: a malformed event is such an error (``diff``, ``export``), not a skipped line."""
     from backstep.traces.index import TraceError, TraceIndex
 
     opened: list[Any] = []
     try:
         for path in paths:
-            opened.append(TraceIndex(path, partial=partial))
+            opened.append(TraceIndex(path, partial=partial, strict=strict))
     except TraceError as exc:
         for index in opened:
             index.close()

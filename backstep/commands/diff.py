@@ -1,13 +1,16 @@
 """``backstep diff A.jsonl B.jsonl``: where two recorded runs' gradients part ways.
 
-Exit code 0 when they agree, 1 when they differ, 2 when either file cannot be read: usable in CI
-to guard a custom backward against its reference.
+Exit code 0 when they agree, 1 when they differ, 2 when either file cannot be read, holds an
+event whose fields are not of their types (``traces/schema``), or the tolerances are not ones:
+usable in CI to guard a custom backward against its reference (a crash never reads as 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from typing import Any
 
 from backstep import safe_text
@@ -25,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("a", metavar="A.jsonl", help="the first trace (e.g. the reference)")
     parser.add_argument("b", metavar="B.jsonl", help="the second trace")
     add_tolerance_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--json", action="store_true", help="print the report as one strict-JSON object (non-finite numbers as "
+                        "the strings \"nan\", \"inf\", \"-inf\")")
     parser.set_defaults(handler=main)
 
 
@@ -39,21 +43,57 @@ def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
                         "half types 1e-5)")
 
 
+def tolerance_problem(args: argparse.Namespace) -> str | None:
+    """Why --rtol or --atol cannot be a tolerance (nan, inf, negative), or None."""
+    for name in ("rtol", "atol"):
+        value = getattr(args, name, None)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"--{name} must be a finite number >= 0, not {value}"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces
     from backstep.traces.diff import Tolerance, diff
+    from backstep.traces.index import TraceError
 
-    opened = open_traces("diff", args.a, args.b)
+    problem = tolerance_problem(args)
+    if problem is not None:
+        print(f"backstep diff: {problem}", file=sys.stderr)
+        return 2
+    opened = open_traces("diff", args.a, args.b, strict=True)
     if opened is None:
         return 2
     a, b = opened
-    with a, b:
-        report = diff(a, b, Tolerance(args.rtol, args.atol))
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(render(report))
+    try:
+        with a, b:
+            report = diff(a, b, Tolerance(args.rtol, args.atol))
+        text = json_text(report) if args.json else render(report)
+    except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
+        print(f"backstep diff: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a crash must never read as "the traces differ"
+        print(f"backstep diff: cannot compare {args.a} and {args.b}: {type(exc).__name__} "
+              "(a bug in backstep: please report it)", file=sys.stderr)
+        return 2
+    print(text)
     return 0 if report["same"] else 1
+
+
+def json_text(report: dict[str, Any]) -> str:
+    """The report as strict JSON: a non-finite number is written as the string "nan", "inf"
+    or "-inf", as the trace itself writes them (``json.dumps`` alone would write Infinity)."""
+    return json.dumps(_finite(report), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _norms(values: list | None) -> str:
@@ -81,6 +121,6 @@ def render(report: dict[str, Any]) -> str:
             mark = ">" if row["step"] == found.get("step") else " "
             state = "same" if row["same"] else "DIFFERS"
             into = "in " if row.get("incoming") else ""
-            lines.append(f"  {mark} step {row['step']:<4} {row['node']:<24} "
+            lines.append(f"  {mark} step {row['step']!s:<4} {row['node']!s:<24} "
                          f"{into}{_norms(row['a'])} | {into}{_norms(row['b'])}  {state}")
     return safe_text.lines("\n".join(lines))

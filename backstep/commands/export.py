@@ -47,8 +47,9 @@ def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces, say
     from backstep.safe_text import DotIdError
     from backstep.traces.dot import to_dot
+    from backstep.traces.index import TraceError
 
-    opened = open_traces("export", args.trace)
+    opened = open_traces("export", args.trace, strict=True)
     if opened is None:
         return 2
     index = opened[0]
@@ -64,9 +65,12 @@ def main(args: argparse.Namespace) -> int:
             say("export", f"no pass {number} in {args.trace} (passes "
                 f"{numbers[0]}-{numbers[-1]})")
             return 2
-        chosen = index.read(number)
         try:
+            chosen = index.read(number)
             text = to_dot(chosen)
+        except TraceError as exc:  # a malformed event in the pass
+            say("export", str(exc))
+            return 2
         except DotIdError as exc:  # written as DOT it could be an attribute list, a URL
             say("export", f"{args.trace}: pass {number}: {exc}")
             return 2

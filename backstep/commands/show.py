@@ -10,7 +10,7 @@ import argparse
 import contextlib
 
 from backstep import protocol
-from backstep.commands.diff import add_tolerance_arguments
+from backstep.commands.diff import add_tolerance_arguments, tolerance_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +44,10 @@ def main(args: argparse.Namespace) -> int:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
     except protocol.ProtocolError as exc:
         say("show", str(exc))
+        return 2
+    problem = tolerance_problem(args) if args.against else None
+    if problem is not None:
+        print(f"backstep show: {problem}", file=sys.stderr)
         return 2
     opened = open_traces("show", args.trace, partial=True)
     if opened is None:

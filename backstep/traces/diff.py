@@ -129,23 +129,32 @@ def compare_saved(a: list | None, b: list | None, tol: Tolerance) -> list[str]:
     return found
 
 
-def positions(begin: dict[str, Any]) -> dict[int, str]:
-    """Each node's graph position: the first path of ``next`` slots from the roots ("0.2.1")."""
+Places = dict[tuple[int, int], int]
+
+
+def positions(begin: dict[str, Any], places: Places | None = None) -> dict[int, int]:
+    """Each node's graph position: the first path of ``next`` slots from the roots, as a number.
+
+    A path is (the position of the node it was reached from, the slot): ``places`` numbers each
+    such pair once, so two passes given the same ``places`` get the same number for the same
+    path, and memory stays linear in the graph (a path written out in full, "0.2.1...", costs
+    its depth per node: quadratic on a deep chain)."""
+    places = {} if places is None else places
     nodes = {n["id"]: n for n in begin.get("nodes") or []}
     roots = begin.get("roots")
     if not roots:
         pointed = {i for n in nodes.values() for i in n.get("next") or [] if i is not None}
         roots = [i for i in nodes if i not in pointed]
-    where: dict[int, str] = {}
-    queue = deque((r, str(k)) for k, r in enumerate(roots))
+    where: dict[int, int] = {}
+    queue = deque((r, -1, k) for k, r in enumerate(roots))
     while queue:
-        node_id, path = queue.popleft()
+        node_id, parent, slot = queue.popleft()
         if node_id in where or node_id not in nodes:
             continue
-        where[node_id] = path
-        for slot, child in enumerate(nodes[node_id].get("next") or []):
+        here = where[node_id] = places.setdefault((parent, slot), len(places))
+        for k, child in enumerate(nodes[node_id].get("next") or []):
             if child is not None and child not in where:
-                queue.append((child, f"{path}.{slot}"))
+                queue.append((child, here, k))
     return where
 
 
@@ -207,7 +216,8 @@ class PassDiff:
 
     def __init__(self, a: Pass, b: Pass, tol: Tolerance) -> None:
         self.a, self.b, self.tol = a, b, tol
-        self.pos_a, self.pos_b = positions(a.begin), positions(b.begin)
+        places: Places = {}
+        self.pos_a, self.pos_b = positions(a.begin, places), positions(b.begin, places)
         self.by_pos_b = {p: i for i, p in self.pos_b.items()}
         self.info_a = {n["id"]: n for n in a.nodes}
         self.info_b = {n["id"]: n for n in b.nodes}

@@ -28,6 +28,7 @@ from backstep import safe_text
 from backstep.protocol import VERSION
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
 from backstep.traces.long_output import LONG, capped, long_line
+from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
@@ -40,6 +41,14 @@ LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one r
 
 class TraceError(Exception):
     """The file cannot be read as a trace at all (the CLI prints it and exits with code 2)."""
+
+
+class MalformedEvent(TraceError):
+    """An event whose fields do not fit the schema (``traces.schema``), read by a strict index:
+    ``file:line: field X: expected int, got list``."""
+
+
+REJECTIONS_KEPT = 1000  # malformed lines whose reason is kept (the first ones found)
 
 
 @dataclass
@@ -94,8 +103,16 @@ class TraceIndex:
     needs no more); ``scan()`` goes on in slices, and ``done`` says when the whole file is in.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, partial: bool = False,
+                 strict: bool = False) -> None:
         self.path = os.fspath(path)
+        # strict: a malformed event raises MalformedEvent (diff, export); else it is skipped as
+        # an unreadable line is, and ``rejected`` says why (start offset -> reason)
+        self.strict = strict
+        self.rejected: dict[int, str] = {}
+        self._malformed = 0
+        self._refused = -1  # the start of the last line _parse refused as malformed
+        self._line_mark = (0, 1)  # (offset, its line number): where line_of counts on from
         self.session: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
         self.passes: dict[int, PassIndex] = {}
@@ -150,17 +167,21 @@ class TraceIndex:
             start = end
             self.lines += 1
             match = head(data, at, min(to, at + HEAD))
-            if match is not None and data[to - 2:to] != b"}\n" and data[to - 1:to] != b"}":
-                match = None  # not a whole line: let the parser decide
+            if match is not None and (data[to - 2:to] != b"}\n" and data[to - 1:to] != b"}"
+                                      or match.lastindex == 1 and match.group(1) in _BYTE_CODE):
+                match = None  # not a whole line, or a pass event's pass not written as a number
+                # (or not second): let the parser decide
             if match is None:
                 if data[at:to].strip() == b"":
                     continue
                 event = self._parse(begin, end)
-                if first and event is None and self._bytes.cut is None:
+                if first and event is None and self._bytes.cut is None \
+                        and self._refused != begin:
                     raise TraceError(f"{self.path} is not a backstep trace (line 1 is not a "
                                      "JSON event; write one with `backstep trace`)")
                 if event is None:
-                    self._corrupt.append(self.lines)
+                    if self._refused != begin:  # not JSON (a malformed event is counted)
+                        self._corrupt.append(self.lines)
                     continue
                 kind, number = event.get("event"), event.get("pass")
             else:
@@ -212,6 +233,9 @@ class TraceIndex:
             else:
                 self.problems.append(f"{len(lines)} unreadable line(s) skipped (first: line "
                                      f"{lines[0]})")
+        if self._malformed:
+            first = self.rejected[min(self.rejected)]
+            self.problems.append(f"{self._malformed} malformed event(s) skipped (first: {first})")
         if self._orphans:
             self.problems.append(f"{self._orphans} event(s) of passes with no pass_begin skipped")
         open_passes = [n for n, p in self.passes.items() if not p.complete]
@@ -239,7 +263,8 @@ class TraceIndex:
               end: int) -> tuple[str | None, int | None]:
         """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
         match = _HEAD.match(data, at, min(to, at + HEAD))
-        if match is not None and (data[to - 2:to] == b"}\n" or data[to - 1:to] == b"}"):
+        if match is not None and (data[to - 2:to] == b"}\n" or data[to - 1:to] == b"}") \
+                and (match.group(2) or match.group(1) not in _BYTE_CODE):
             return match.group(1).decode(), int(match.group(2)) if match.group(2) else None
         event = self._parse(start, end)
         if event is None:
@@ -248,9 +273,9 @@ class TraceIndex:
         return event.get("event"), number if isinstance(number, int) else None
 
     def _parse(self, start: int, end: int) -> dict[str, Any] | None:
-        return self._decode(self._bytes.read(start, end))
+        return self._decode(self._bytes.read(start, end), start)
 
-    def _decode(self, line: bytes | None) -> dict[str, Any] | None:
+    def _decode(self, line: bytes | None, start: int) -> dict[str, Any] | None:
         if line is None:
             self._cut_short()
             return None
@@ -260,7 +285,33 @@ class TraceIndex:
                 event = safe_text.clean(event)
         except (ValueError, RecursionError):
             return None
-        return event if isinstance(event, dict) and "event" in event else None
+        if not isinstance(event, dict) or "event" not in event:
+            return None
+        error = check(event)
+        if error is None:
+            return event
+        self._refused = start
+        if start not in self.rejected:
+            where = f"{self.path}:{self.line_of(start)}: {error}"
+            if self.strict:
+                raise MalformedEvent(where)
+            self._malformed += 1
+            if len(self.rejected) < REJECTIONS_KEPT:
+                self.rejected[start] = where
+        return None
+
+    def line_of(self, offset: int) -> int:
+        """The line number (1-based) of the line starting at byte ``offset``, counted on from
+        the last one asked for when it is further on (malformed lines are met in file order)."""
+        at, lines = self._line_mark if offset >= self._line_mark[0] else (0, 1)
+        while at < offset:
+            chunk = self._bytes.read(at, min(offset, at + (1 << 24)))
+            if not chunk:  # the file was cut under us: count what was read
+                break
+            lines += chunk.count(b"\n")
+            at += len(chunk)
+        self._line_mark = (offset, lines)
+        return lines
 
     def _check_version(self) -> None:
         version = (self.session or {}).get("version")
@@ -303,7 +354,7 @@ class TraceIndex:
         for data, at, to, begin, end in self._bytes.lines(start, last):  # _head, inlined
             start = end
             match = head(data, at, min(to, at + HEAD))
-            if match is not None and data[to - 2 : to] == b"}\n":  # as written (else parsed)
+            if match is not None and data[to - 2 : to] == b"}\n" and match.group(2):  # as written
                 code = codes.get(match.group(1)) if match.group(2) == mine else None
             else:
                 kind, of = self._head(data, at, to, begin, end)
@@ -325,10 +376,10 @@ class TraceIndex:
         lines = self.pass_lines(number)
         codes = {_CODE[k] for k in kinds if k in _CODE}
         found = []
-        for line, code in zip(self._bytes.each(lines.starts, lines.ends), lines.kinds,
-                              strict=True):
+        for line, start, code in zip(self._bytes.each(lines.starts, lines.ends), lines.starts,
+                                     lines.kinds, strict=True):
             if code in codes:
-                event = self._decode(line)
+                event = self._decode(line, start)
                 if event is not None:
                     found.append(event)
         return found
@@ -339,8 +390,9 @@ class TraceIndex:
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
         begin: dict[str, Any] = {}
-        for line in self._bytes.each(lines.starts, lines.ends):
-            event = self._decode(line)
+        for line, start in zip(self._bytes.each(lines.starts, lines.ends), lines.starts,
+                               strict=True):
+            event = self._decode(line, start)
             if event is None:
                 continue
             kind = event.get("event")

@@ -40,9 +40,10 @@ class Against:
         if found is not None and found.get("pass") == number and found.get("step") is not None:
             self._birth = next((e["id"] for e in pa.steps if e.get("step") == found["step"]),
                                None)
-        by_position = {p: i for i, p in positions(pb.begin).items()}
+        places: dict[tuple[int, int], int] = {}  # one numbering of paths for both passes
+        by_position = {p: i for i, p in positions(pb.begin, places).items()}
         steps_b = {e["id"]: e for e in pb.steps}
-        for node_id, position in positions(pa.begin).items():
+        for node_id, position in positions(pa.begin, places).items():
             other = by_position.get(position)
             self._aligned[node_id] = steps_b.get(other) if other is not None else None
 

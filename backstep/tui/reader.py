@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from backstep import protocol
+from backstep.traces.schema import check
 from backstep.tui.messages import InputWanted, ServerError, SnapshotReady, TensorAnswer
 from backstep.tui.model import SessionModel
 
@@ -92,6 +93,10 @@ class Reader:
                 break
             if event is None:
                 break
+            malformed = check(event)
+            if malformed is not None:  # a peer's event the panels cannot read: said, skipped
+                self.post(ServerError(f"malformed event from the debuggee: {malformed}"))
+                continue
             try:
                 self.feed(event)
             except Exception as exc:  # noqa: BLE001

@@ -103,7 +103,8 @@ class PassTimeline:
         if event is None and lines.kinds[i] == NODE_CODE:  # unreadable: keep its place
             event = {"event": "node", "pass": self.number, "id": -1 - i,
                      "name": "(unreadable line)", "grad_outputs": None, "grad_inputs": None,
-                     "saved": [], "error": "this line of the trace could not be read"}
+                     "saved": [], "error": self.index.rejected.get(
+                         lines.starts[i], "this line of the trace could not be read")}
         return event or {}
 
     def _stop_event(self, k: int, event: dict[str, Any], reason: str) -> dict[str, Any]:
