@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     problem = tolerance_problem(args) if args.against else None
     if problem is not None:
-        print(f"backstep show: {problem}", file=sys.stderr)
+        say("show", problem)
         return 2
     opened = open_traces("show", args.trace, partial=True)
     if opened is None:
