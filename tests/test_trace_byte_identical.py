@@ -1,6 +1,7 @@
-"""Under ``backstep trace`` (provenance on) a script prints exactly what ``python script.py``
-prints, byte for byte, stderr included: warnings at every stacklevel, RecursionError tracebacks,
-and a script that closes its own stdout. Nothing is normalised."""
+"""Under ``backstep trace`` (provenance on) and ``backstep run --listen`` (no UI attached) a
+script prints exactly what ``python script.py`` prints, byte for byte, stderr included: warnings
+at every stacklevel, RecursionError tracebacks, and a script that closes its own stdout. Nothing
+is normalised but backstep's own "waiting for a UI" line."""
 
 from __future__ import annotations
 
@@ -142,24 +143,40 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
                           env=ENV, timeout=180)
 
 
-def _same_as_python(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+HOW = {
+    "trace": ["trace", "-o", "run.jsonl"],
+    "run-listen": ["run", "--listen", "127.0.0.1:0", "--no-wait"],
+}
+
+
+@pytest.fixture(params=list(HOW))
+def how(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _same_as_python(tmp_path: Path, body: str,
+                    how: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
     (tmp_path / "script.py").write_text(textwrap.dedent(body))
-    trace = tmp_path / "run.jsonl"
     plain = _run([sys.executable, "script.py"], tmp_path)
-    traced = _run([sys.executable, "-m", "backstep", "trace", "-o", str(trace), "script.py"],
-                  tmp_path)
-    assert traced.stderr.decode() == plain.stderr.decode()
-    assert traced.stdout == plain.stdout
-    assert traced.returncode == plain.returncode
-    return plain, trace
+    under = _run([sys.executable, "-m", "backstep", *HOW[how], "script.py"], tmp_path)
+    err = under.stderr
+    if how == "run-listen":
+        first, _, err = err.partition(b"\n")
+        assert first.startswith(b"backstep: waiting for a UI on 127.0.0.1:")
+    assert err.decode() == plain.stderr.decode()
+    assert under.stdout == plain.stdout
+    assert under.returncode == plain.returncode
+    return plain, tmp_path / "run.jsonl"
 
 
-def test_warnings_at_every_stacklevel_name_pythons_lines(tmp_path: Path) -> None:
-    plain, trace = _same_as_python(tmp_path, WARNINGS)
+def test_warnings_at_every_stacklevel_name_pythons_lines(tmp_path: Path, how: str) -> None:
+    plain, trace = _same_as_python(tmp_path, WARNINGS, how)
     err = plain.stderr.decode()
     assert err.count("UserWarning: forward at stacklevel") == 4
     assert "module.py:1778: UserWarning: Implicit dimension choice for log_softmax" in err
     assert "sys:1: UserWarning: past the end of the stack" in err
+    if how != "trace":
+        return
     # what the replay console shows is what the trace recorded: the same text
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     recorded = "".join(e["text"] for e in events
@@ -170,13 +187,13 @@ def test_warnings_at_every_stacklevel_name_pythons_lines(tmp_path: Path) -> None
 @pytest.mark.parametrize("body", [RECURSION_THROUGH_FORWARD, RECURSION_PLAIN,
                                   RECURSION_WITH_LIMIT],
                          ids=["through-forward", "plain-function", "script-sets-limit"])
-def test_recursion_errors_stop_at_pythons_depth(tmp_path: Path, body: str) -> None:
-    plain, _ = _same_as_python(tmp_path, body)
+def test_recursion_errors_stop_at_pythons_depth(tmp_path: Path, body: str, how: str) -> None:
+    plain, _ = _same_as_python(tmp_path, body, how)
     assert b"RecursionError: maximum recursion depth exceeded" in plain.stderr
     assert b"more times]" in plain.stderr or b"_call_impl" in plain.stderr
 
 
 @pytest.mark.parametrize("body", [CLOSES_STDOUT, CLOSES_STDERR], ids=["stdout", "stderr"])
-def test_a_script_may_close_its_own_stream(tmp_path: Path, body: str) -> None:
-    plain, _ = _same_as_python(tmp_path, body)
+def test_a_script_may_close_its_own_stream(tmp_path: Path, body: str, how: str) -> None:
+    plain, _ = _same_as_python(tmp_path, body, how)
     assert b"inside" in plain.stdout + plain.stderr
