@@ -19,6 +19,7 @@ Two ways in, both landing where python would, through the user's own filters and
 
 from __future__ import annotations
 
+import operator
 import sys
 import warnings
 from types import CodeType, FrameType
@@ -88,14 +89,16 @@ def _warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any =
           **kwargs: Any) -> None:
     """``warnings.warn`` while installed: the stacklevel python would use, ours not counted."""
     real = _installed[2] if _installed else warnings.warn
-    level = stacklevel
-    if type(stacklevel) is int:
-        try:
-            _, steps = plain_frame(sys._getframe(1), max(stacklevel, 1))
-            level = steps + 1  # + this frame
-        except Exception:
-            level = stacklevel + 1
-    real(message, category, level, source, **kwargs)
+    try:
+        wanted = operator.index(stacklevel)
+    except TypeError:
+        return real(message, category, stacklevel, source, **kwargs)  # python's own error
+    try:
+        _, steps = plain_frame(sys._getframe(1), max(wanted, 1))
+        level = steps + 1  # + this frame
+    except Exception:
+        level = wanted + 1
+    return real(message, category, level, source, **kwargs)
 
 
 def _mode_frame(frame: FrameType | None) -> FrameType | None:
