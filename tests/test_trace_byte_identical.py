@@ -138,6 +138,30 @@ CLOSES_STDERR = """\
 """
 
 
+MODULE_COMPILE = """\
+    import torch
+    from torch import nn
+
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), Head())
+    model.compile(backend="eager")  # compiles each module's _call_impl, not the model
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        model(x).pow(2).mean().backward()
+    print(model[0].weight.grad.sum().item())
+"""
+
+
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(args, cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL,
                           env=ENV, timeout=180)
@@ -197,3 +221,9 @@ def test_recursion_errors_stop_at_pythons_depth(tmp_path: Path, body: str, how: 
 def test_a_script_may_close_its_own_stream(tmp_path: Path, body: str, how: str) -> None:
     plain, _ = _same_as_python(tmp_path, body, how)
     assert b"inside" in plain.stdout + plain.stderr
+
+
+def test_module_compile_traces_what_it_traces_without_backstep(tmp_path: Path) -> None:
+    """Dynamo runs torch's _call_impl untraced and compiles the Python frames it calls: the
+    hooks woven into it must not be among them (no Dynamo warnings, no extra graphs)."""
+    _same_as_python(tmp_path, MODULE_COMPILE, "trace")

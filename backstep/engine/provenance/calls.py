@@ -93,13 +93,33 @@ def _chain(pairs: list[tuple[Enter, Leave]]) -> tuple[Enter, Leave] | None:
         for _, last in reversed(frozen):
             last(module, output)
 
+    _run_uncompiled(enter, leave)
     return enter, leave
+
+
+def _run_uncompiled(*functions: Callable[..., Any]) -> None:
+    """Have torch.compile run these (and all they call) as plain Python, never trace them.
+
+    Inside a compiled region Dynamo runs ``_call_impl`` itself untraced (torch's file), and
+    would then compile each Python frame it calls: ``enter`` and ``leave`` were frames python
+    never sees, so they must not become graphs, recompiles or Dynamo warnings. Without this
+    private API (older torch) they would be traced."""
+    try:
+        from torch._C._dynamo import eval_frame
+
+        skip = eval_frame._FrameAction.SKIP
+        strategy = eval_frame._FrameExecStrategy(skip, skip)
+        for function in functions:
+            eval_frame.set_code_exec_strategy(function.__code__, strategy)
+    except Exception:
+        pass
 
 
 def add(enter: Enter, leave: Leave) -> None:
     """Start calling ``enter(module, args)`` and ``leave(module, output or None)`` around every
     module call, on every thread. Both must never raise."""
     global _active, _original, _stranded
+    _run_uncompiled(enter, leave)
     with _lock:
         current = nn.Module._call_impl
         if not _pairs and not _ours(current):
