@@ -17,7 +17,6 @@ table); otherwise ``weave`` returns None and provenance_calls keeps its wrapper.
 from __future__ import annotations
 
 import ast
-import copy
 import inspect
 import linecache
 import sys
@@ -181,14 +180,13 @@ def _build(
     if parsed is None:
         return None
     tree, function = parsed
-    names = {node.id for node in ast.walk(function) if isinstance(node, ast.Name)}
-    if names & {_STATE, _DYNAMO, _COMPILER, _ACTIVE, _RESULT, "super", "__class__"}:
+    if _names(code) & {_STATE, _DYNAMO, _COMPILER, _ACTIVE, _RESULT, "super", "__class__"}:
         return None
     plain = compile(tree, code.co_filename, "exec", dont_inherit=True)
     inner = _nested_code(plain, code.co_name)
     if inner is None or not _same_code(inner, code):
         return None  # the source on disk is not the code that runs
-    woven = copy.deepcopy(function)
+    woven = function  # compiled as it was already: rewritten in place from here
     _weave(woven)
     factory = ast.FunctionDef(
         name=_FACTORY,
@@ -214,6 +212,15 @@ def _build(
     built.__defaults__ = original.__defaults__
     built.__kwdefaults__ = original.__kwdefaults__
     return built
+
+
+def _names(code: CodeType) -> set[str]:
+    """Every name ``code`` and the functions defined in it use."""
+    found = {*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars}
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            found |= _names(constant)
+    return found
 
 
 def _nested_code(module_code: CodeType, name: str) -> CodeType | None:
