@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,3 +148,38 @@ def test_a_patch_made_over_ours_is_kept_and_never_loops(log: list[tuple[str, ...
         assert [entry[1] for entry in log] == ["enter", "leave"]
     finally:
         nn.Module._call_impl = ORIGINAL  # type: ignore[method-assign]
+
+
+class Probe(nn.Module):
+    """Counts the frames under its forward and warns from it at stacklevel 3."""
+
+    depth = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frame, depth = sys._getframe(), 0
+        while frame is not None:
+            frame, depth = frame.f_back, depth + 1
+        self.depth = depth
+        warnings.warn("probe", stacklevel=3)
+        return x
+
+
+def _call(probe: Probe) -> tuple[int, tuple[str, int]]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        probe(torch.ones(1))
+    return probe.depth, (seen[0].filename, seen[0].lineno)
+
+
+def test_a_module_call_has_the_frames_it_has_without_backstep(log: list[tuple[str, ...]]) -> None:
+    probe = Probe()
+    plain = _call(probe)
+    pair = Recorder("a", log)
+    provenance_calls.add(pair.enter, pair.leave)
+    try:
+        assert nn.Module._call_impl.__code__.co_filename == ORIGINAL.__code__.co_filename
+        traced = _call(probe)
+    finally:
+        provenance_calls.remove(pair.enter, pair.leave)
+    assert [entry[1] for entry in log] == ["enter", "leave"]
+    assert traced == plain, "same depth, and the warning names torch's _wrapped_call_impl line"

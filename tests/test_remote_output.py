@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import sys
 
+import pytest
+
 from backstep.process import remote_output
 
 
@@ -50,3 +52,18 @@ def test_a_failing_copy_never_fails_the_print(monkeypatch) -> None:
     finally:
         restore()
     assert real.getvalue() == "still printed\n"
+
+
+def test_the_copy_keeps_the_streams_protocol() -> None:
+    """``with sys.stdout:`` works and closes the real stream, as in plain python."""
+    real = Terminal()
+    sent: list[dict] = []
+    tee = remote_output.TeeStream(real, "stdout", sent.append, lambda: True)
+    assert repr(tee) == repr(real)
+    with tee as inside:
+        assert inside is tee
+        print("x", file=inside)
+    assert real.closed and tee.closed
+    assert [e["text"] for e in sent] == ["x", "\n"]
+    with pytest.raises(ValueError, match="closed file"), tee:
+        pass  # a closed stream refuses, as python's does

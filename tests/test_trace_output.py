@@ -138,3 +138,14 @@ def test_a_line_that_never_ends_is_recorded_in_pieces() -> None:
     for _ in range(3 * PARTIAL // 100):
         tee.write("\r" + "#" * 99)  # a progress bar that never flushes nor ends its line
     assert len(events) == 2 and all(len(e["text"]) >= PARTIAL for e in events)
+
+
+def test_closing_the_tee_records_the_partial_line_then_closes_the_stream() -> None:
+    real = io.StringIO()
+    events: list[dict] = []
+    tee = Tee(real, "stdout", events.append, _Budget(100))
+    with tee:
+        tee.write("no newline yet")
+    assert real.closed
+    assert [e["text"] for e in events] == ["no newline yet"]
+    tee.close()  # closing again is a no-op, as for the real stream

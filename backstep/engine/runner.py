@@ -17,6 +17,8 @@ import types
 from collections.abc import Callable
 from types import TracebackType
 
+from backstep.engine import recursion
+
 _BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -140,7 +142,10 @@ def _run(body: Callable[[], None], on_exit: Callable[[int, str | None], None] | 
     text = None
     interrupted = False
     try:
-        body()
+        try:
+            body()
+        finally:
+            recursion.unshift()
     except SystemExit as exc:
         code = exit_code(exc)
     except KeyboardInterrupt as exc:
@@ -171,6 +176,7 @@ def _run_module_main(name: str) -> None:
     sys.modules["__main__"] = main
     as_main = getattr(runpy, "_run_module_as_main", None)
     if as_main is not None:
+        recursion.shift(recursion.depth())  # python calls it from depth 0
         as_main(name, alter_argv=True)
         return
     try:  # a Python without the private entry point: the public one, same semantics
@@ -187,6 +193,7 @@ def _run_main(path: str) -> None:
     with a ``__main__.py`` goes through runpy, as python does for those.
     """
     if not os.path.isfile(path) or _is_zip(path):
+        recursion.shift(recursion.depth())
         runpy.run_path(path, run_name="__main__")
         return
     absolute = os.path.abspath(path)
@@ -202,6 +209,7 @@ def _run_main(path: str) -> None:
         __loader__=importlib.machinery.SourceFileLoader("__main__", absolute),
     )
     sys.modules["__main__"] = main
+    recursion.shift(recursion.depth())  # the script's frame at depth 1, as python runs it
     exec(code, main.__dict__)
 
 

@@ -37,7 +37,8 @@ class _Budget:
 class CopyingStream:
     """Stands in for a text stream: every write reaches it first, unchanged (its errors are its
     own), then ``_copy`` gets the text; everything else (``fileno``, ``isatty``, ``encoding``,
-    ``buffer``...) is the real stream's. Shared by the trace's tee and the remote UI's copy."""
+    ``buffer``, ``reconfigure``, ``closed``...) is the real stream's, the context manager
+    protocol and ``repr`` included. Shared by the trace's tee and the remote UI's copy."""
 
     def __init__(self, stream: TextIO, name: str) -> None:
         self._stream = stream
@@ -59,11 +60,33 @@ class CopyingStream:
         for line in lines:
             self.write(line)
 
+    def close(self) -> None:
+        """The real stream's close, after the copy of what it flushes (``with sys.stdout:``
+        closes stdout, as in plain python)."""
+        try:
+            if not self._stream.closed:
+                self.flush()
+        finally:
+            self._stream.close()
+
+    def __enter__(self) -> CopyingStream:
+        self._stream.__enter__()  # the real one's check: a closed stream refuses
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._stream)
+
+    def __next__(self) -> str:
+        return next(self._stream)
+
+    def __repr__(self) -> str:
+        return repr(self._stream)
 
 
 class Tee(CopyingStream):

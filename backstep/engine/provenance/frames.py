@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 import backstep
-from backstep.engine.provenance.calls import CALL_CODE
+from backstep.engine.provenance.calls import CALL_CODES
 
 _BACKSTEP_DIR = os.path.dirname(os.path.abspath(backstep.__file__)) + os.sep
 _INTERNAL_DIRS: tuple[str, ...] = (
@@ -88,13 +88,14 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
 
 
 _UNSET: Any = object()
-_CALL_IMPL: CodeType = CALL_CODE
+_CALL_IMPL, _CALL_WRAPPER = CALL_CODES  # a module call's frame: woven, or the wrapper's
 
 
 def call_impl_frame(frame: FrameType | None, limit: int = 4) -> FrameType | None:
     """The module call's frame (provenance_calls) at most ``limit`` frames above ``frame``."""
     while frame is not None and limit > 0:
-        if frame.f_code is _CALL_IMPL:
+        code = frame.f_code
+        if code is _CALL_IMPL or code is _CALL_WRAPPER:
             return frame
         frame = frame.f_back
         limit -= 1
@@ -119,7 +120,7 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
         if path is not None:
             result = source_dict(frame)
             break
-        if code is _CALL_IMPL:
+        if code is _CALL_IMPL or code is _CALL_WRAPPER:
             entry = None
             while position > 0:
                 position -= 1

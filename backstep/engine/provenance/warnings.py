@@ -1,26 +1,40 @@
 """Warnings keep the text and location plain PyTorch gives them.
 
-Provenance's torch-function mode calls every torch function from its own Python frame, so a warning
-raised inside (a C++ ``TORCH_WARN``, or ``warnings.warn(stacklevel=2)`` in a Python torch function)
-would name ``provenance_tagging.py`` instead of the user's line — and Python's once-per-location
-filter would then show only the first of them in the whole run. While installed, a filter lets
-every warning attributed to the mode's frame through to ``showwarning``, where it is issued again
-with ``warnings.warn_explicit`` at the location it would have had without backstep, through the
-user's own filters and registry: same text, same line, same once-per-location behaviour.
+Provenance puts Python frames of its own between the user's code and torch where plain PyTorch
+has none: the torch-function mode (its ``__torch_function__``, and for a Python torch function
+the ``handle_torch_function`` frames and the function's first entry that dispatched to it), the
+wrapper around ``Function.apply``, and the module-call wrapper when it is used (provenance_calls
+is frame-free otherwise). ``warnings.warn(stacklevel=N)`` counts frames, so a warning that crosses
+them would name the wrong line; and Python's once-per-location filter would then show only the
+first of them in the whole run.
+
+Two ways in, both landing where python would, through the user's own filters and registry:
+- ``warnings.warn`` (what torch's Python code calls) is wrapped while installed: the stacklevel
+  is recounted without our frames, then the real one is called (a warning that crosses none of
+  them gets the very same stacklevel).
+- C++ warnings (``TORCH_WARN``) name the innermost Python frame, which can be the mode's. A
+  filter lets every warning attributed to the mode's file through to ``showwarning``, where it
+  is issued again with ``warnings.warn_explicit`` at the frame python would have named.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
 import warnings
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
+from backstep.engine import runner
+from backstep.engine.provenance import calls as provenance_calls
 from backstep.engine.provenance import tagging as provenance_tagging
 
 _MODULE = provenance_tagging.__name__
 _FILE = provenance_tagging.__file__
-_installed: list[Any] = []  # [previous showwarning, the filter tuple] while installed
+_WRAPPER_FILE = provenance_calls.__file__
+_RUNNER_FILE = runner.__file__  # where the script's stack begins under backstep
+_MODE_CODE: CodeType = provenance_tagging.TaggingMode.__torch_function__.__code__
+_installed: list[Any] = []  # [previous showwarning, the filter tuple, previous warn] while installed
 
 
 def _torch_overrides_file() -> str:
@@ -29,20 +43,67 @@ def _torch_overrides_file() -> str:
     return torch.overrides.__file__
 
 
-def _target(frame: FrameType | None) -> FrameType | None:
-    """The frame a warning raised inside the mode's call would be attributed to without it."""
+def _internal(code: CodeType) -> bool:
+    """Frames the interpreter's own stacklevel walk skips (importlib's bootstrap)."""
+    name = code.co_filename
+    return "importlib" in name and "_bootstrap" in name
+
+
+def plain_frame(site: FrameType | None, wanted: int) -> tuple[FrameType | None, int]:
+    """The frame ``stacklevel=wanted`` names without backstep, counting from ``site`` (the frame
+    that warned, level 1), and how many frames the interpreter's walk takes to reach it from
+    ``site`` (``wanted`` when none of ours lies between). ``(None, n)`` past the stack's end
+    (the runner's frames, under the script's, are not python's)."""
+    overrides = _torch_overrides_file()
+    counted = python = 0
+    dispatched: CodeType | None = None  # after the mode: the torch function that reached it
+    frame = site
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == _RUNNER_FILE:
+            break  # below the script's first frame: python's stack ends here
+        if not _internal(code) or frame is site:
+            counted += 1
+            name = code.co_filename
+            ours = False
+            if name == _FILE or name == _WRAPPER_FILE:
+                ours = True
+                if code is _MODE_CODE:
+                    called = frame.f_locals.get("func")
+                    dispatched = getattr(called, "__code__", None)
+            elif dispatched is not None and name == overrides:
+                ours = True  # handle_torch_function: the mode's dispatch
+            elif dispatched is not None and code is dispatched:
+                ours, dispatched = True, None  # the first entry, before it dispatched
+            else:
+                dispatched = None
+            if not ours:
+                python += 1
+                if python == wanted:
+                    return frame, counted
+        frame = frame.f_back
+    return None, 1 << 30  # the interpreter's walk runs off the stack, as python's would
+
+
+def _warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
+          **kwargs: Any) -> None:
+    """``warnings.warn`` while installed: the stacklevel python would use, ours not counted."""
+    real = _installed[2] if _installed else warnings.warn
+    try:
+        wanted = operator.index(stacklevel)
+    except TypeError:
+        return real(message, category, stacklevel, source, **kwargs)  # python's own error
+    try:
+        _, steps = plain_frame(sys._getframe(1), max(wanted, 1))
+        level = steps + 1  # + this frame
+    except Exception:
+        level = wanted + 1
+    return real(message, category, level, source, **kwargs)
+
+
+def _mode_frame(frame: FrameType | None) -> FrameType | None:
     while frame is not None and frame.f_code.co_filename != _FILE:
         frame = frame.f_back
-    if frame is None:
-        return None
-    called = frame.f_locals.get("func")
-    code = getattr(called, "__code__", None)
-    frame = frame.f_back
-    overrides = _torch_overrides_file()
-    while frame is not None and frame.f_code.co_filename == overrides:
-        frame = frame.f_back  # handle_torch_function: torch's own dispatch
-    if frame is not None and code is not None and frame.f_code is code:
-        frame = frame.f_back  # the first entry of a Python torch function, before dispatching
     return frame
 
 
@@ -52,7 +113,7 @@ def _showwarning(message: Any, category: Any, filename: str, lineno: int, file: 
     if filename != _FILE:
         previous(message, category, filename, lineno, file, line)
         return
-    target = _target(sys._getframe(1))
+    target, _ = plain_frame(_mode_frame(sys._getframe(1)), 1)
     if target is None:
         previous(message, category, filename, lineno, file, line)
         return
@@ -69,17 +130,20 @@ def install() -> None:
     if _installed:
         return
     warnings.filterwarnings("always", module=_MODULE.replace(".", r"\."))
-    _installed[:] = [warnings.showwarning, warnings.filters[0]]
+    _installed[:] = [warnings.showwarning, warnings.filters[0], warnings.warn]
     warnings.showwarning = _showwarning
+    warnings.warn = _warn
 
 
 def uninstall() -> None:
     if not _installed:
         return
-    previous, entry = _installed
+    previous, entry, warn = _installed
     _installed.clear()
     if warnings.showwarning is _showwarning:
         warnings.showwarning = previous
+    if warnings.warn is _warn:
+        warnings.warn = warn
     try:
         warnings.filters.remove(entry)
         warnings._filters_mutated()  # type: ignore[attr-defined]
