@@ -1,7 +1,7 @@
 """Under ``backstep trace`` (provenance on) and ``backstep run --listen`` (no UI attached) a
 script prints exactly what ``python script.py`` prints, byte for byte, stderr included: warnings
 at every stacklevel, RecursionError tracebacks, and a script that closes its own stdout. Nothing
-is normalised but backstep's own "waiting for a UI" line."""
+is normalised but backstep's own "a UI may attach" line."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def _same_as_python(tmp_path: Path, body: str,
     err = under.stderr
     if how == "run-listen":
         first, _, err = err.partition(b"\n")
-        assert first.startswith(b"backstep: waiting for a UI on 127.0.0.1:")
+        assert first.startswith(b"backstep: the script runs; a UI may attach on 127.0.0.1:")
     assert err.decode() == plain.stderr.decode()
     assert under.stdout == plain.stdout
     assert under.returncode == plain.returncode
