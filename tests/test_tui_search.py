@@ -4,10 +4,21 @@ and n steps again."""
 from __future__ import annotations
 
 from backstep.tui.app import BackstepApp
+from backstep.tui.gradients import GradientsPanel
+from backstep.tui.saved import SavedPanel
 from backstep.tui.search import SearchBar, matches, pick
 from backstep.tui.snapshot import Graph
 from tests.test_tui import pilot, screen_text
-from tests.tui_fixtures import ACC_X, ACC_Y, ADD, MUL, POW, RecordingLink, long_name_events
+from tests.tui_fixtures import (
+    ACC_X,
+    ACC_Y,
+    ADD,
+    MUL,
+    POW,
+    RecordingLink,
+    example_events,
+    long_name_events,
+)
 
 
 def graph() -> Graph:
@@ -81,3 +92,50 @@ async def test_search_by_leaf_name_and_no_match() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not app.query_one(SearchBar).display
+
+
+def renumbered(events: list[dict], number: int, shift: int) -> list[dict]:
+    """``events``'s pass as pass ``number`` with every node id moved by ``shift``: a later pass
+    has nodes of its own, as a real one does."""
+    def moved(i: int | None) -> int | None:
+        return None if i is None else i + shift
+
+    out = []
+    for ev in events:
+        if ev["event"] in ("session", "exit"):
+            continue
+        ev = {**ev, "pass": number}
+        if ev["event"] == "pass_begin":
+            ev["roots"] = [moved(r) for r in ev["roots"]]
+            ev["nodes"] = [{**n, "id": moved(n["id"]), "next": [moved(x) for x in n["next"]]}
+                           for n in ev["nodes"]]
+        elif "id" in ev:
+            ev["id"] = moved(ev["id"])
+        out.append(ev)
+    return out
+
+
+def two_passes_own_ids() -> list[dict]:
+    """The example twice; pass 2's nodes have ids of their own."""
+    first = [e for e in example_events() if e["event"] != "exit"]
+    return first + renumbered(example_events(), 2, 100)
+
+
+@pilot
+async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None:
+    link = RecordingLink(two_passes_own_ids(), stop=6)  # the start of pass 2 (f from pass 1)
+    app = BackstepApp(link)
+    async with app.run_test(size=(140, 42)) as pilot:
+        await pilot.pause()
+        await pilot.press("p")  # reviewing pass 1, before its last node
+        await pilot.pause()
+        assert app.review is not None and app.review.number == 1
+        await type_query(pilot, "MulBack")
+        assert "1/1" in screen_text(app)
+        assert app.selected == MUL  # pass 1's node, not pass 2's
+        text = screen_text(app)
+        assert "no node selected" not in text
+        assert f"Gradients · MulBackward0 #{MUL}" in text
+        assert app.query_one(GradientsPanel)._focus.record is not None  # what it received
+        assert app.query_one(SavedPanel)._focus.saved  # other, self: as at the live stop
+        assert link.sent == []  # searching a review never talks to the debuggee

@@ -29,7 +29,7 @@ class Navigation(_App):
     """Actions that move the selection or the view."""
 
     def _node_shown(self, node: int | None) -> bool:
-        view = self.snapshot.pass_
+        view = self.shown.pass_  # under review: the pass looked back at
         return node is not None and view is not None and node in view.graph.nodes
 
     def _focus_diagnosis(self) -> None:
@@ -134,7 +134,7 @@ class Navigation(_App):
         self._search_move(step)
 
     def _search_move(self, step: int) -> bool:
-        view = self.snapshot.pass_
+        view = self.shown.pass_  # under review: search the pass in view, not the live one
         bar = self.query_one(SearchBar)
         found = matches(view.graph, self.searching or "") if view is not None else []
         chosen = pick(found, self.selected, step)

@@ -1,0 +1,51 @@
+"""``backstep show``: a search (/) after stepping back into an earlier pass selects that pass's
+node and fills Gradients and Saved tensors, as at a live stop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backstep.traces.index import TraceIndex
+from backstep.tui.gradients import GradientsPanel
+from backstep.tui.replay_app import ReplayApp
+from backstep.tui.saved import SavedPanel
+from tests.replay_traces import record
+from tests.test_tui import pilot, screen_text
+from tests.test_tui_search import type_query
+
+SCRIPT = """\
+import torch
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 3)
+x = torch.randn(4, 3)
+for _ in range(2):
+    torch.tanh(lin(x)).sum().backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(tmp_path_factory.mktemp("show-search"), "train", SCRIPT)
+
+
+@pilot
+async def test_search_after_stepping_back_into_the_earlier_pass(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            for key in ("]", "p"):  # pass 2's start, then back into pass 1's end
+                await pilot.press(key)
+                await pilot.pause()
+            assert app.snapshot.pass_.number == 1
+            await type_query(pilot, "Addmm")
+            text = screen_text(app)
+            assert "1/1" in text and "no node selected" not in text
+            node = app.snapshot.pass_.graph.nodes[app.selected]
+            assert node.name == "AddmmBackward0"
+            assert f"Gradients · AddmmBackward0 #{app.selected}" in text
+            assert app.query_one(GradientsPanel)._focus.record is not None
+            assert app.query_one(SavedPanel)._focus.saved
