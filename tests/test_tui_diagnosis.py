@@ -215,6 +215,31 @@ async def test_new_diagnoses_while_shown_and_while_dismissed() -> None:
 
 
 @pilot
+async def test_a_more_severe_diagnosis_takes_the_banner() -> None:
+    app, _ = make_app(stop=3)
+    info = diagnosis("retain_graph_unused", node=None, severity="info", line=BACKWARD_LINE,
+                     title="retain_graph=True was not needed", related=[],
+                     message="Pass 1 used retain_graph=True, which keeps every tensor saved.")
+    async with app.run_test(size=SIZE) as pilot:
+        await feed(app, pilot, info)
+        assert banner(app).has_class("-info") and "1 of 1" in screen_text(app)
+        await feed(app, pilot, accumulating_diagnosis())  # a warning after the info
+        text = screen_text(app)
+        assert banner(app).has_class("-warning") and "2 of 2" in text
+        assert "⚠ .grad keeps accumulating across steps" in text
+        assert app.selected == ACC_X  # its node, as for the first one shown
+        await feed(app, pilot, diagnosis("retain_graph_unused", node=None, pass_=2,
+                                         severity="info", title="another info", related=[]))
+        text = screen_text(app)  # not more severe: the warning stays, the count grows
+        assert "⚠ .grad keeps accumulating" in text and "2 of 3" in text
+        await feed(app, pilot, diagnosis(node=ADD),
+                   diagnosis("slow_node", node=POW, severity="warning", title="a warning"))
+        text = screen_text(app)  # an error, then a warning: the error (the most severe new one)
+        assert banner(app).has_class("-error") and "4 of 5" in text
+        assert "✗ Backward through a graph that was already freed" in text
+
+
+@pilot
 async def test_diagnosis_after_the_script_exited() -> None:
     app, link = make_app(stop=1)
     async with app.run_test(size=SIZE) as pilot:

@@ -25,6 +25,11 @@ ROLES = {
     "created": "created at",
 }
 HINT = "d next · D previous · x dismiss"
+RANK = {"info": 0, "warning": 1, "error": 2}  # an unknown severity is drawn as an error
+
+
+def rank(diag: Diagnosis) -> int:
+    return RANK.get(diag.severity, 2)
 
 
 def where(file: str | None, line: int | None) -> str:
@@ -89,16 +94,23 @@ class DiagnosisBanner(Vertical):
     def show(self, diagnoses: tuple[Diagnosis, ...]) -> bool:
         """Take the session's list; True when a new diagnosis has just come into view.
 
-        A new one is brought into view only when the banner was hidden (none yet, or
-        dismissed): a person reading one diagnosis is not yanked to the next, the count grows.
+        A new one is brought into view when the banner was hidden (none yet, or dismissed) or
+        when it is more severe than the one shown (a warning after an info): otherwise a person
+        reading one diagnosis is not yanked to the next, the count grows. Of several new ones,
+        the first of the most severe.
         """
         if diagnoses is self.diagnoses:
             return False
         before = len(self.diagnoses)
+        shown = self.current
         self.diagnoses = diagnoses
-        fresh = len(diagnoses) > before and (before == 0 or self.dismissed)
-        if fresh:
-            self.index = before
+        new = range(before, len(diagnoses))
+        worst = max(new, key=lambda i: rank(diagnoses[i]), default=None)
+        fresh = worst is not None and (
+            before == 0 or self.dismissed or shown is None
+            or rank(diagnoses[worst]) > rank(shown))
+        if fresh and worst is not None:
+            self.index = worst
             self.dismissed = False
         self.index = min(self.index, max(len(diagnoses) - 1, 0))
         self._draw()
