@@ -7,8 +7,10 @@ from textual.widgets import Static
 
 from backstep.tui.app import BackstepApp
 from backstep.tui.flow import FlowScreen, leaf_flows, verdicts
+from backstep.tui.flow_leaves import axis_labels
 from backstep.tui.model import SessionModel
 from tests.test_tui import pilot
+from tests.test_tui_search import two_passes_own_ids
 from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary, upto_stop
 
 
@@ -70,3 +72,86 @@ async def test_F_opens_the_chart_and_it_follows_the_pass() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, FlowScreen)
+
+
+def flow_text(screen: FlowScreen) -> str:
+    """The chart's caption (its border's subtitle) and the lines under it."""
+    lines = [str(s.content) for s in screen.query(Static) if s.id in ("flow-leaf",
+                                                                       "flow-verdicts")]
+    return " ".join([str(screen.query_one("#flow-box").border_subtitle), *lines])
+
+
+@pilot
+async def test_F_under_review_charts_the_pass_looked_back_at() -> None:
+    app = BackstepApp(RecordingLink(two_passes_own_ids(), stop=8))  # pass 2, before step 3
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("p", "p", "p")  # pass 1, before its last node: x accumulated, not y
+        await pilot.pause()
+        assert app.review is not None and app.review.number == 1
+        await pilot.press("F")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlowScreen)
+        text = flow_text(screen)
+        assert "pass 1 · escape closes" in text and "1/2 leaves accumulated" in text
+        assert [f.norm for f in screen.flows] == [None, 64.0]  # model order: y, then x
+
+
+@pilot
+async def test_F_at_a_pass_start_charts_the_finished_pass_before_it() -> None:
+    events = two_passes_own_ids()
+    app = BackstepApp(RecordingLink(events, stop=6))  # the start of pass 2 (after f)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("F")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlowScreen)
+        text = flow_text(screen)
+        assert "pass 1 (finished) — pass 2 starting" in text
+        assert "2/2 leaves accumulated" in text and [f.norm for f in screen.flows] == [32.0, 64.0]
+        # pass 2 runs on (the chart is modal): once a leaf of it accumulates, it is charted
+        for event in events[len(upto_stop(6, events)):len(upto_stop(10, events))]:
+            app.reader.feed(event)
+        await pilot.pause(0.3)
+        text = flow_text(screen)
+        assert "pass 2 · escape closes" in text and "1/2 leaves accumulated" in text
+
+
+@pilot
+async def test_the_cursor_walks_the_leaves_with_their_full_names() -> None:
+    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("f")  # the pass ends: both leaves accumulated
+        await pilot.pause()
+        await pilot.press("F")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlowScreen)
+        leaf = str(screen.query_one("#flow-leaf", Static).content)
+        assert f"leaf 1/2  {LONG_LEAVES['y']}" in leaf and "‖grad‖ 32" in leaf
+        await pilot.press("right")
+        await pilot.pause()
+        leaf = str(screen.query_one("#flow-leaf", Static).content)
+        assert f"leaf 2/2  {LONG_LEAVES['x']}" in leaf and "‖grad‖ 64" in leaf
+        await pilot.press("right")  # the last leaf: it stays
+        await pilot.pause()
+        assert screen.cursor == 1
+        await pilot.press("home")
+        await pilot.pause()
+        assert screen.cursor == 0 and isinstance(app.screen, FlowScreen)
+
+
+def test_axis_labels_drop_the_shared_prefix_and_thin_to_fit() -> None:
+    names = [f"model.layers.{i}.{p}" for i in range(14) for p in ("weight", "bias")]
+    picked, labels = axis_labels(names, 100)  # 28 leaves in 100 cells: not every one fits
+    assert picked[0] == 1 and 1 < picked[1] - picked[0] and len(picked) == len(labels)
+    spacing = 100 / len(names) * (picked[1] - picked[0])
+    assert all(len(label) < spacing for label in labels)  # labels never run together
+    assert labels[0] == "0.weight" and not any(label.startswith("model.") for label in labels)
+    picked, labels = axis_labels(names[:4], 100)  # room for all
+    assert picked == [1, 2, 3, 4] and labels == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert axis_labels([], 80) == ([], [])
+    assert axis_labels(["w"], 80) == ([1], ["w"])

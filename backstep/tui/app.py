@@ -18,7 +18,8 @@ from textual.containers import Horizontal, Vertical
 from backstep.tui.breakpoints import BreakpointActions
 from backstep.tui.console import ConsolePanel
 from backstep.tui.diagnosis import DiagnosisBanner
-from backstep.tui.flow import EXPLODING, FlowScreen
+from backstep.tui.flow import FlowScreen
+from backstep.tui.flow_leaves import EXPLODING
 from backstep.tui.focus import focus
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel

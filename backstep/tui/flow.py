@@ -2,13 +2,16 @@
 on a log scale, with the vanishing and exploding bands marked: the plot people otherwise
 hand-roll from ``named_parameters()`` in every thread about vanishing gradients.
 
-Drawn with textual-plotext; it follows the snapshots, so it fills in as leaves accumulate.
+Drawn with textual-plotext; it follows the snapshots, so it fills in as leaves accumulate. It
+charts the pass in view (under review, the pass looked back at); at a pass's start, the
+finished pass before it (``flow_leaves.charted``). The x axis names the leaves, thinned to
+fit; left / right move a cursor along them that gives the leaf's full name and numbers.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -18,94 +21,73 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from backstep.tui.format import cut_left
-from backstep.tui.snapshot import Snapshot, number
+from backstep.tui.flow_leaves import (
+    EXPLODING,
+    VANISHING,
+    LeafFlow,
+    axis_labels,
+    charted,
+    leaf_flows,
+    pass_flows,
+    verdicts,
+)
+from backstep.tui.format import num
+from backstep.tui.snapshot import PassView, Snapshot
 
-VANISHING = 1e-7
-EXPLODING = 1e3  # the default; BackstepApp(flow_exploding=...) changes it
+__all__ = ["EXPLODING", "FLOOR", "VANISHING", "FlowScreen", "LeafFlow", "leaf_flows",
+           "verdicts"]
+
 FLOOR = 1e-12  # zeros and NaN/Inf are drawn here on the log scale, and listed by name
+Y_AXIS = 12  # cells the y axis and the borders take from the plot's width
 
 
-@dataclass(frozen=True)
-class LeafFlow:
-    """One leaf's gradient in this pass (None until it accumulated)."""
-
-    name: str
-    norm: float | None
-    amax: float | None
-    nonfinite: bool
-
-
-def leaf_flows(snapshot: Snapshot) -> list[LeafFlow]:
-    """The shown pass's leaves in model order: the graph is walked from the loss, so it lists
-    the last layer's parameters first; reversed, the first layer comes first."""
-    view = snapshot.pass_
-    if view is None:
-        return []
-    accs = {a.leaf: a for a in view.accumulations()}
-    names: list[str] = []
-    for info in view.graph.nodes.values():
-        if info.leaf and info.leaf not in names:
-            names.append(info.leaf)
-    names += [n for n in accs if n not in names]
-    names.reverse()
-    flows = []
-    for name in names:
-        acc = accs.get(name)
-        after = acc.after if acc is not None else None
-        if after is None:
-            flows.append(LeafFlow(name, None, None, False))
-            continue
-        norm = number(after.get("norm"))
-        lo, hi = number(after.get("min")), number(after.get("max"))
-        amax = max(abs(lo), abs(hi)) if lo is not None and hi is not None else None
-        bad = bool(after.get("nonfinite")) or norm is None or not math.isfinite(norm)
-        flows.append(LeafFlow(name, norm, amax, bad))
-    return flows
-
-
-def verdicts(flows: list[LeafFlow], exploding: float) -> Text:
-    """The leaves outside the healthy band, by name."""
-    groups = {
-        "NaN/Inf": [f.name for f in flows if f.nonfinite],
-        f"vanishing (<{VANISHING:g})": [f.name for f in flows if not f.nonfinite
-                                         and f.norm is not None and f.norm < VANISHING],
-        f"exploding (>{exploding:g})": [f.name for f in flows if not f.nonfinite
-                                         and f.norm is not None and f.norm > exploding],
-    }
-    styles = {"NaN/Inf": "bold white on red"}
-    text = Text()
-    for label, names in groups.items():
-        if names:
-            text.append(f"{label}: ", style=styles.get(label, "bold yellow"))
-            text.append(", ".join(cut_left(n, 28) for n in names[:6]))
-            text.append(f" (+{len(names) - 6})" if len(names) > 6 else "")
-            text.append("\n")
-    pending = sum(f.norm is None and not f.nonfinite for f in flows)
-    done = len(flows) - pending
-    text.append(f"{done}/{len(flows)} leaves accumulated", style="dim")
-    if not any(groups.values()) and done:
-        text.append("  · every norm within the healthy band", style="green")
+def leaf_line(flows: list[LeafFlow], cursor: int) -> Text:
+    """The leaf under the cursor: its number, full name and numbers."""
+    if not flows:
+        return Text("no leaves in this pass", style="dim")
+    flow = flows[cursor]
+    text = Text.assemble(("← → ", "dim"), (f"leaf {cursor + 1}/{len(flows)}  ", "bold"),
+                         (flow.name, "bold cyan"), "  ")
+    if flow.nonfinite:
+        text.append("NaN/Inf", style="bold white on red")
+    elif flow.norm is None:
+        text.append("not accumulated yet", style="dim italic")
+    else:
+        text.append_text(Text.assemble(("‖grad‖ ", "dim"), num(flow.norm),
+                                       ("  max |grad| ", "dim"), num(flow.amax)))
     return text
 
 
 class FlowScreen(ModalScreen[None]):
     """A full view over the panels; escape, q or F closes it."""
 
-    BINDINGS = [Binding("escape", "dismiss", "close"), Binding("q", "dismiss", "close"),
-                Binding("F", "dismiss", "close")]
+    DEFAULT_CSS = """
+    #flow-leaf { height: auto; max-height: 2; padding: 0 1; }
+    """
 
-    def __init__(self, snapshot: Snapshot, exploding: float = EXPLODING) -> None:
+    BINDINGS = [Binding("escape", "dismiss", "close"), Binding("q", "dismiss", "close"),
+                Binding("F", "dismiss", "close"),
+                Binding("left", "leaf(-1)", "previous leaf", show=False),
+                Binding("right", "leaf(1)", "next leaf", show=False),
+                Binding("home", "leaf(-1_000_000)", "first leaf", show=False),
+                Binding("end", "leaf(1_000_000)", "last leaf", show=False)]
+
+    def __init__(self, snapshot: Snapshot, exploding: float = EXPLODING,
+                 earlier: Callable[[], Sequence[PassView]] = tuple) -> None:
         super().__init__()
         self.exploding = exploding
+        self.earlier = earlier  # the ended passes kept: one is charted at a pass's start
         self._snapshot = snapshot
         self.flows: list[LeafFlow] = []
+        self.caption = ""
+        self.cursor = 0  # the leaf under the cursor (0-based)
 
     def compose(self) -> ComposeResult:
         from textual_plotext import PlotextPlot  # here: plotext costs ~35 ms at UI start-up
 
         with Vertical(id="flow-box"):
             yield PlotextPlot(id="flow-plot")
+            yield Static("", id="flow-leaf")
             yield Static("", id="flow-verdicts")
 
     def on_mount(self) -> None:
@@ -113,13 +95,25 @@ class FlowScreen(ModalScreen[None]):
         box.border_title = "Gradient flow"
         self.show(self._snapshot)
 
+    def on_resize(self) -> None:
+        self.show(self._snapshot)  # the x axis's labels are thinned to the width
+
+    def action_leaf(self, delta: int) -> None:
+        if self.flows:
+            self.cursor = min(max(self.cursor + delta, 0), len(self.flows) - 1)
+            self._draw()
+
     def show(self, snapshot: Snapshot) -> None:
         """Redraw for a snapshot (the app calls this as leaves accumulate)."""
         self._snapshot = snapshot
-        self.flows = leaf_flows(snapshot)
-        view = snapshot.pass_
+        view, self.caption = charted(snapshot.pass_, self.earlier())
+        self.flows = pass_flows(view)
+        self.cursor = min(self.cursor, max(len(self.flows) - 1, 0))
         box = self.query_one("#flow-box")
-        box.border_subtitle = f"pass {view.number} · escape closes" if view else "escape closes"
+        box.border_subtitle = f"{self.caption} · escape closes" if view else "escape closes"
+        self._draw()
+
+    def _draw(self) -> None:
         plot: Any = self.query_one("#flow-plot")
         plt = plot.plt
         plt.clear_data()
@@ -136,6 +130,7 @@ class FlowScreen(ModalScreen[None]):
                     if f.norm is not None or f.nonfinite]
             norms = [y(f.norm, f.nonfinite) for _, f in done]
             amaxes = [y(f.amax, f.nonfinite) for _, f in done]
+            plt.vline(self.cursor + 1, "gray")
             if done:
                 at = [x for x, _ in done]
                 plt.scatter(at, norms, marker="●", label="‖grad‖", color="cyan")
@@ -152,10 +147,10 @@ class FlowScreen(ModalScreen[None]):
             decades = [10.0**e for e in range(low, high + 1, step)]
             plt.yticks(decades, [f"1e{round(math.log10(d))}" for d in decades])
             plt.xlabel("leaf (model order)")
-            if len(xs) <= 8:
-                plt.xticks(xs, [cut_left(f.name, 12) for f in self.flows])
-            else:
-                every = math.ceil(len(xs) / 8)
-                plt.xticks(xs[::every], [str(x) for x in xs[::every]])
+            plt.xlim(0.5, len(xs) + 0.5)
+            width = (plot.size.width or self.app.size.width) - Y_AXIS
+            picked, labels = axis_labels([f.name for f in self.flows], width)
+            plt.xticks(picked, labels)
         plot.refresh()
+        self.query_one("#flow-leaf", Static).update(leaf_line(self.flows, self.cursor))
         self.query_one("#flow-verdicts", Static).update(verdicts(self.flows, self.exploding))

@@ -31,6 +31,7 @@ KEYS = (
     ("m", "module view: nodes folded by module path, with done/pending, largest norm, ✗ NaN"),
     ("", "right / left unfold and fold a module; m again shows the graph"),
     ("F", "gradient flow: each leaf's ‖grad‖ and max |grad| in model order, log scale"),
+    ("", "in the chart, left / right: a leaf's full name and numbers"),
     ("ctrl+c", "interrupt: stop at the next node while the script runs"),
     ("i", "type a line for the script's stdin (offered by itself when the script waits on it)"),
     ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),

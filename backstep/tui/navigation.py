@@ -114,6 +114,8 @@ class Navigation(_App):
         graph.show(shown)
         if self.selected is not None:
             graph.reveal(self.selected)
+        if isinstance(self.screen, FlowScreen):  # the chart follows the pass in view
+            self.screen.show(shown)
         self._refresh_details()
 
     def action_zoom(self) -> None:
@@ -174,7 +176,7 @@ class Navigation(_App):
 
     def action_flow(self) -> None:
         if not isinstance(self.screen, FlowScreen):
-            self.push_screen(FlowScreen(self.snapshot, self.flow_exploding))
+            self.push_screen(FlowScreen(self.shown, self.flow_exploding, self._ended))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
