@@ -74,6 +74,15 @@ async def test_F_opens_the_chart_and_it_follows_the_pass() -> None:
         assert not isinstance(app.screen, FlowScreen)
 
 
+async def open_chart(app: BackstepApp, pilot) -> FlowScreen:  # type: ignore[no-untyped-def]
+    """Press F: the chart's screen."""
+    await pilot.press("F")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, FlowScreen)
+    return screen
+
+
 def flow_text(screen: FlowScreen) -> str:
     """The chart's caption (its border's subtitle) and the lines under it."""
     lines = [str(s.content) for s in screen.query(Static) if s.id in ("flow-leaf",
@@ -89,10 +98,7 @@ async def test_F_under_review_charts_the_pass_looked_back_at() -> None:
         await pilot.press("p", "p", "p")  # pass 1, before its last node: x accumulated, not y
         await pilot.pause()
         assert app.review is not None and app.review.number == 1
-        await pilot.press("F")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, FlowScreen)
+        screen = await open_chart(app, pilot)
         text = flow_text(screen)
         assert "pass 1 · escape closes" in text and "1/2 leaves accumulated" in text
         assert [f.norm for f in screen.flows] == [None, 64.0]  # model order: y, then x
@@ -104,10 +110,7 @@ async def test_F_at_a_pass_start_charts_the_finished_pass_before_it() -> None:
     app = BackstepApp(RecordingLink(events, stop=6))  # the start of pass 2 (after f)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
-        await pilot.press("F")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, FlowScreen)
+        screen = await open_chart(app, pilot)
         text = flow_text(screen)
         assert "pass 1 (finished) — pass 2 starting" in text
         assert "2/2 leaves accumulated" in text and [f.norm for f in screen.flows] == [32.0, 64.0]
@@ -126,10 +129,7 @@ async def test_the_cursor_walks_the_leaves_with_their_full_names() -> None:
         await pilot.pause()
         await pilot.press("f")  # the pass ends: both leaves accumulated
         await pilot.pause()
-        await pilot.press("F")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, FlowScreen)
+        screen = await open_chart(app, pilot)
         leaf = str(screen.query_one("#flow-leaf", Static).content)
         assert f"leaf 1/2  {LONG_LEAVES['y']}" in leaf and "‖grad‖ 32" in leaf
         await pilot.press("right")
