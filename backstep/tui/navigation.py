@@ -6,6 +6,7 @@ A mixin of ``BackstepApp`` (bindings, CSS and message handlers stay on the app).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from backstep.tui import review
@@ -94,6 +95,10 @@ class Navigation(_App):
         """The ended passes the reader's model keeps for review."""
         return self.reader.model.ended
 
+    def _flow_earlier(self) -> Sequence[PassView]:
+        """The ended passes the flow chart may show at a pass's start."""
+        return self._ended()
+
     def review_note(self) -> str | None:
         """For the status line: the review is at the oldest kept pass and older ones were
         dropped at the cap."""
@@ -176,7 +181,7 @@ class Navigation(_App):
 
     def action_flow(self) -> None:
         if not isinstance(self.screen, FlowScreen):
-            self.push_screen(FlowScreen(self.shown, self.flow_exploding, self._ended))
+            self.push_screen(FlowScreen(self.shown, self.flow_exploding, self._flow_earlier))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -8,6 +8,7 @@ n/p a node forward/back, c/C on to the next/previous stop condition, g to a pass
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
@@ -27,8 +28,9 @@ from backstep.tui.console import ConsolePanel
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
-from backstep.tui.replay import Replay
+from backstep.tui.replay import PassTimeline, Replay
 from backstep.tui.settle import settle, tidy
+from backstep.tui.snapshot import PassView
 from backstep.tui.status import REASONS, StatusLine, with_keys
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
@@ -294,6 +296,21 @@ class ReplayApp(BackstepApp):
 
     def action_help(self) -> None:
         self.push_screen(ReplayHelp())
+
+    def _flow_earlier(self) -> Sequence[PassView]:
+        """At a pass's start the flow chart shows the pass before it, as it ended: read to its
+        end in a timeline of its own (only then; the cursor's pass is left as it is)."""
+        pos, numbers = self.replay.position, self.replay.numbers
+        view = self.snapshot.pass_
+        if pos is None or view is None or view.accumulations() or pos.number not in numbers:
+            return ()
+        i = numbers.index(pos.number)
+        if i == 0 or not self.replay.index.passes[numbers[i - 1]].complete:
+            return ()
+        before = numbers[i - 1]
+        line = PassTimeline(self.replay.index, before, self.replay.carries.before(before))
+        ended = line.at(line.count).pass_
+        return (ended,) if ended is not None else ()
 
     def action_interrupt(self) -> None:
         self.exit(0)

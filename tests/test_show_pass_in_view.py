@@ -1,5 +1,6 @@
-"""``backstep show``: a search (/) after stepping back into an earlier pass selects that pass's
-node and fills Gradients and Saved tensors, as at a live stop."""
+"""``backstep show``: the panels are about the pass in view. A search (/) after stepping back
+into an earlier pass selects that pass's node and fills Gradients and Saved tensors, as at a live
+stop; F at a pass's start charts the pass that just ended."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from backstep.traces.index import TraceIndex
+from backstep.tui.flow import FlowScreen
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.replay_app import ReplayApp
 from backstep.tui.saved import SavedPanel
@@ -28,7 +30,7 @@ for _ in range(2):
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return record(tmp_path_factory.mktemp("show-search"), "train", SCRIPT)
+    return record(tmp_path_factory.mktemp("show-pass"), "train", SCRIPT)
 
 
 @pilot
@@ -49,3 +51,21 @@ async def test_search_after_stepping_back_into_the_earlier_pass(trace: Path) -> 
             assert f"Gradients · AddmmBackward0 #{app.selected}" in text
             assert app.query_one(GradientsPanel)._focus.record is not None
             assert app.query_one(SavedPanel)._focus.saved
+
+
+@pilot
+async def test_F_at_a_pass_start_charts_the_pass_before_it(trace: Path) -> None:
+    with TraceIndex(trace) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(110, 32)) as pilot:
+            await pilot.pause()
+            await pilot.press("]")  # pass 2's start: no leaf of it accumulated yet
+            await pilot.pause()
+            await pilot.press("F")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, FlowScreen)
+            assert "pass 1 (finished) — pass 2 starting" in str(
+                screen.query_one("#flow-box").border_subtitle)
+            assert len(screen.flows) == 2 and all(f.norm is not None for f in screen.flows)
+            assert app.snapshot.pass_.number == 2  # the cursor stays where it was
