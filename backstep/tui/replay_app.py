@@ -24,6 +24,7 @@ from backstep import safe_text
 from backstep.traces.index import TraceIndex
 from backstep.tui.against import Against
 from backstep.tui.app import BackstepApp
+from backstep.tui.carry import Carry
 from backstep.tui.console import ConsolePanel
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
@@ -137,6 +138,8 @@ class ReplayApp(BackstepApp):
         # where the app shares a process (tests)
         self._settle_memory = settle_memory
         self._tidy: Timer | None = None  # collects garbage once the person rests (``tidy``)
+        # the pass before a pass's start, as the flow chart (F) shows it: (its number, views)
+        self._flow_before: tuple[int, tuple[PassView, ...]] | None = None
         self._scanning: Timer | None = None  # indexes, then folds, in slices; None when done
         if against is not None:
             self.title += f" --against {safe_text.printable(against.b.path)}"
@@ -298,8 +301,9 @@ class ReplayApp(BackstepApp):
         self.push_screen(ReplayHelp())
 
     def _flow_earlier(self) -> Sequence[PassView]:
-        """At a pass's start the flow chart shows the pass before it, as it ended: read to its
-        end in a timeline of its own (only then; the cursor's pass is left as it is)."""
+        """At a pass's start the flow chart shows the pass before it as it ended: its graph
+        and its accumulate lines (only those: its nodes are not read), in a model of its own
+        (the cursor's pass is left as it is)."""
         pos, numbers = self.replay.position, self.replay.numbers
         view = self.snapshot.pass_
         if pos is None or view is None or view.accumulations() or pos.number not in numbers:
@@ -308,9 +312,12 @@ class ReplayApp(BackstepApp):
         if i == 0 or not self.replay.index.passes[numbers[i - 1]].complete:
             return ()
         before = numbers[i - 1]
-        line = PassTimeline(self.replay.index, before, self.replay.carries.before(before))
-        ended = line.at(line.count).pass_
-        return (ended,) if ended is not None else ()
+        if self._flow_before is None or self._flow_before[0] != before:  # read once a pass
+            line = PassTimeline(self.replay.index, before, Carry())
+            for event in self.replay.index.read_kinds(before, {"accumulate", "pass_end"}):
+                line.model.apply(event)
+            self._flow_before = (before, line.model.ended)
+        return self._flow_before[1]
 
     def action_interrupt(self) -> None:
         self.exit(0)
