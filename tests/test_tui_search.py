@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from backstep.tui.app import BackstepApp
 from backstep.tui.gradients import GradientsPanel
+from backstep.tui.graph import GraphPanel
 from backstep.tui.saved import SavedPanel
 from backstep.tui.search import SearchBar, matches, pick
 from backstep.tui.snapshot import Graph
@@ -133,6 +134,7 @@ async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None
         await type_query(pilot, "MulBack")
         assert "1/1" in screen_text(app)
         assert app.selected == MUL  # pass 1's node, not pass 2's
+        assert app.query_one(GraphPanel).cursor_node.data.node == MUL  # the graph's cursor too
         text = screen_text(app)
         assert "no node selected" not in text
         assert f"Gradients · MulBackward0 #{MUL}" in text
