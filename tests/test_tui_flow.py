@@ -9,7 +9,7 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.flow import FlowScreen, leaf_flows, verdicts
 from backstep.tui.flow_leaves import axis_labels
 from backstep.tui.model import SessionModel
-from tests.test_tui import pilot
+from tests.test_tui import pilot, screen_text
 from tests.test_tui_search import two_passes_own_ids
 from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary, upto_stop
 
@@ -155,3 +155,23 @@ def test_axis_labels_drop_the_shared_prefix_and_thin_to_fit() -> None:
     assert picked == [1, 2, 3, 4] and labels == ["0.weight", "0.bias", "1.weight", "1.bias"]
     assert axis_labels([], 80) == ([], [])
     assert axis_labels(["w"], 80) == ([1], ["w"])
+
+
+@pilot
+async def test_leaf_names_with_markup_are_drawn_as_they_read() -> None:
+    hostile = "[bold red]w[/]"
+    events = [{**e, "leaf": hostile} if e.get("leaf") == LONG_LEAVES["y"] else e
+              for e in long_name_events()]
+    for ev in events:
+        if ev["event"] == "pass_begin":
+            ev["nodes"] = [{**n, "leaf": hostile} if n["leaf"] == LONG_LEAVES["y"] else n
+                           for n in ev["nodes"]]
+    app = BackstepApp(RecordingLink(events, stop=1))
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        await open_chart(app, pilot)
+        text = screen_text(app)
+        assert f"leaf 1/2  {hostile}" in text
+        assert text.count(hostile) == 2  # literally, on the x axis and the cursor's line
