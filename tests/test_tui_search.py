@@ -6,6 +6,7 @@ from __future__ import annotations
 from backstep.tui.app import BackstepApp
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
+from backstep.tui.modules import ModulePanel
 from backstep.tui.saved import SavedPanel
 from backstep.tui.search import SearchBar, matches, pick
 from backstep.tui.snapshot import Graph
@@ -141,3 +142,16 @@ async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None
         assert app.query_one(GradientsPanel)._focus.record is not None  # what it received
         assert app.query_one(SavedPanel)._focus.saved  # other, self: as at the live stop
         assert link.sent == []  # searching a review never talks to the debuggee
+
+
+@pilot
+async def test_search_while_reviewing_in_the_module_view() -> None:
+    app = BackstepApp(RecordingLink(two_passes_own_ids(), stop=6))
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("p", "m")  # pass 1 under review, its modules
+        await pilot.pause()
+        await type_query(pilot, "MulBack")
+        panel = app.query_one(ModulePanel)
+        assert app.selected == MUL and app.focused is panel
+        assert panel.cursor_node is not None and panel.cursor_node.data == ("node", MUL)

@@ -119,6 +119,11 @@ class Navigation(_App):
         graph.show(shown)
         if self.selected is not None:
             graph.reveal(self.selected)
+        if self.screen.has_class("-modules"):  # the module view follows it too
+            modules = self.query_one(ModulePanel)
+            modules.show(shown)
+            if self.selected is not None:
+                modules.reveal(self.selected)
         if isinstance(self.screen, FlowScreen):  # the chart follows the pass in view
             self.screen.show(shown)
         self._refresh_details()
@@ -169,7 +174,7 @@ class Navigation(_App):
         self.screen.set_class(on, "-modules")
         if on:
             modules = self.query_one(ModulePanel)
-            modules.show(self.snapshot)
+            modules.show(self.shown)
             if self.selected is not None:
                 modules.reveal(self.selected)
             modules.focus()
