@@ -33,6 +33,43 @@ def num(value: Any) -> Text:
     return Text(f"{x:.4g}")
 
 
+def _short_exponent(text: str) -> str:
+    """``1.1e-05`` as ``1.1e-5``: two cells a number in a narrow column."""
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        return text
+    sign = "-" if exponent.startswith("-") else ""
+    return f"{mantissa}e{sign}{exponent.lstrip('+-').lstrip('0') or '0'}"
+
+
+def fit_number(x: float, width: int, sign: bool = False) -> str:
+    """``x`` with as many significant digits (4 at most) as fit in ``width`` cells, in the
+    shorter of the plain and the exponent form (``0.0106``, ``1.06e-5``): a narrow column
+    loses digits, never the number's size. The shortest form when nothing fits."""
+    plus = "+" if sign else ""
+    if x == int(x) and abs(x) < 1e4:
+        return f"{int(x):{plus}d}"
+    best = ""
+    for digits in (4, 3, 2, 1):
+        forms = (_short_exponent(f"{x:{plus}.{digits}g}"),
+                 _short_exponent(f"{x:{plus}.{digits - 1}e}"))
+        best = min(forms, key=len)
+        if len(best) <= width:
+            return best
+    return best
+
+
+def fit_num(value: Any, width: int, sign: bool = False) -> Text:
+    """``num(value)`` in ``width`` cells: fewer digits rather than a number cut with "…"."""
+    x = number(value)
+    if x is None or is_nonfinite(value):
+        return num(value)
+    text = num(value)
+    if text.cell_len <= width and not sign:
+        return text
+    return Text(fit_number(x, width, sign))
+
+
 def cut_left(name: str, width: int) -> str:
     """``name`` in at most ``width`` cells, cut from the left: the tail of a dotted path is the
     informative part (``…h.0.ln_2.weight``)."""
