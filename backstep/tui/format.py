@@ -126,45 +126,64 @@ def histogram(summary: Summary) -> Text:
     return Text("")
 
 
-# the fields of a summary line, most telling first: shorter forms keep a prefix of these
-FIELDS = ("norm", "min", "max", "dtype", "device", "mean")
+# the fields of a summary, in the order they give way when the room is short: the device
+# first, the dtype last (under bf16 autocast it is what tells two gradients apart); the shape,
+# the norm and the NaN/Inf count always stay (the tensor view has all of it)
+DROPPED = ("device", "mean", "max", "min", "dtype")
+STATS = ("min", "max", "mean", "norm")
 
 
 def summary_line(summary: Summary | None, width: int = 0) -> Text:
     """``[2, 3] float32 cpu  min .. max .. mean .. norm ..  2 NaN/Inf``; with ``width``, the
-    longest form that fits on one line: the mean, the device and the dtype give way first, then max and min,
-    never the shape, the norm or the NaN/Inf count (the tensor view has all of it)."""
-    full = _summary_line(summary, FIELDS)
-    if summary is None or not width or full.cell_len <= width:
-        return full
-    for keep in range(len(FIELDS) - 1, 0, -1):
-        text = _summary_line(summary, FIELDS[:keep])
-        if text.cell_len <= width:
-            return text
-    return text
+    most that fits on one line (``summary_lines``)."""
+    return summary_lines(summary, width, 1)[0]
 
 
-def _summary_line(summary: Summary | None, fields: Sequence[str]) -> Text:
+def summary_lines(summary: Summary | None, width: int = 0, most: int = 2) -> list[Text]:
+    """A summary in at most ``most`` lines of ``width`` cells: the fields wrap onto the next
+    line before any is dropped, then they give way in ``DROPPED``'s order."""
     if summary is None:
-        return Text("None (no gradient)", style="dim italic")
-    text = Text()
-    text.append(shape_text(summary.get("shape")), style="bold")
+        return [Text("None (no gradient)", style="dim italic")]
+    shown = ["dtype", "device", *STATS]
+    while True:
+        lines = _wrap(_summary_parts(summary, shown), width)
+        if width <= 0 or len(lines) <= most:
+            return lines
+        gone = next((f for f in DROPPED if f in shown), None)
+        if gone is None:  # the least there is, over the room: the caller wraps or cuts it
+            return lines[: most - 1] + [Text("  ").join(lines[most - 1 :])]
+        shown.remove(gone)
+
+
+def _summary_parts(summary: Summary, fields: Sequence[str]) -> list[Text]:
+    """The summary's pieces, each kept whole on a line: the shape with its dtype and device,
+    then one ``key value`` a statistic (or the one value), then the NaN/Inf count."""
+    head = Text(shape_text(summary.get("shape")), style="bold")
     kind = " ".join(str(summary.get(key, "?")) for key in ("dtype", "device") if key in fields)
     if kind:
-        text.append(f" {kind}", style="dim")
+        head.append(f" {kind}", style="dim")
+    parts = [head]
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
-        text.append("  value ", style="dim")
-        text.append_text(num(values[0]))
+        parts.append(Text("value ", style="dim").append_text(num(values[0])))
     else:
-        for key in ("min", "max", "mean", "norm"):
-            if key in fields:
-                text.append(f"  {key} ", style="dim")
-                text.append_text(num(summary.get(key)))
+        parts += [Text(f"{key} ", style="dim").append_text(num(summary.get(key)))
+                  for key in STATS if key in fields]
     bad = summary.get("nonfinite")
     if isinstance(bad, int) and bad:
-        text.append(f"  {bad} NaN/Inf", style="bold white on red")
-    return text
+        parts.append(Text(f"{bad} NaN/Inf", style="bold white on red"))
+    return parts
+
+
+def _wrap(parts: list[Text], width: int) -> list[Text]:
+    """``parts`` two spaces apart, a new line where the next would pass ``width`` (0: one)."""
+    lines = [parts[0].copy()]
+    for part in parts[1:]:
+        if width > 0 and lines[-1].cell_len + 2 + part.cell_len > width:
+            lines.append(part.copy())
+        else:
+            lines[-1].append("  ").append_text(part)
+    return lines
 
 
 def values_text(summary: Summary | None, limit: int = 16) -> Text | None:
