@@ -78,6 +78,31 @@ def cut_left(name: str, width: int) -> str:
     return "…" + name[len(name) - width + 1 :] if width > 1 else "…"[:width]
 
 
+def cut_apart(names: Sequence[str], width: int) -> list[str]:
+    """``names`` in at most ``width`` cells each, cut in the middle at one place for all, that
+    place chosen to keep names apart (``mat1…sizes``, ``mat2…strides``, not ``ma…sizes`` four
+    times): the split that leaves the most distinct names, nearest ``cut_middle``'s."""
+    if width < 3 or all(len(name) <= width for name in names):
+        return [cut_middle(name, width) for name in names]
+    default = (width - 1) // 3
+
+    def cut(name: str, head: int) -> str:
+        return name if len(name) <= width else \
+            name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+    best = max(range(1, width - 1),
+               key=lambda head: (len({cut(n, head) for n in names}), -abs(head - default)))
+    return [cut(name, best) for name in names]
+
+
+def apart_width(names: Sequence[str]) -> int:
+    """The fewest cells in which ``cut_apart`` keeps every one of ``names`` apart."""
+    longest = max(map(len, names), default=0)
+    distinct = len(set(names))
+    return next((w for w in range(3, longest)
+                 if len(set(cut_apart(names, w))) == distinct), longest)
+
+
 def cut_middle(name: str, width: int) -> str:
     """``name`` in at most ``width`` cells, cut in the middle (keeps both ends readable)."""
     if len(name) <= width:
@@ -86,6 +111,18 @@ def cut_middle(name: str, width: int) -> str:
         return "…"[:width]
     head = (width - 1) // 3
     return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def scalar_text(value: Any, width: int = 24) -> str:
+    """A saved scalar's value as the recorder wrote it (a number, bool, None, size list or
+    repr), in at most ``width`` cells: ``-100``, ``True``, ``None``, ``[4096, 50257]``."""
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(scalar_text(v, width) for v in value) + "]"
+    else:
+        text = str(value)
+    return cut_middle(text, width)
 
 
 def shape_text(shape: Any) -> str:
