@@ -195,20 +195,21 @@ def summary_lines(summary: Summary | None, width: int = 0, most: int = 2) -> lis
 def _summary_parts(summary: Summary, fields: Sequence[str]) -> list[Text]:
     """The summary's pieces, each kept whole on a line: the shape with its dtype and device,
     then one ``key value`` a statistic (or the one value), then the NaN/Inf count."""
-    head = Text(shape_text(summary.get("shape")), style="bold")
+    head = Text().append(shape_text(summary.get("shape")), style="bold")  # spans, not a base
+    # style: a Text's own style would colour what is appended to it too
     kind = " ".join(str(summary.get(key, "?")) for key in ("dtype", "device") if key in fields)
     if kind:
         head.append(f" {kind}", style="dim")
     parts = [head]
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
-        parts.append(Text("value ", style="dim").append_text(num(values[0])))
+        parts.append(Text().append("value ", style="dim").append_text(num(values[0])))
     else:
-        parts += [Text(f"{key} ", style="dim").append_text(num(summary.get(key)))
+        parts += [Text().append(f"{key} ", style="dim").append_text(num(summary.get(key)))
                   for key in STATS if key in fields]
     bad = summary.get("nonfinite")
     if isinstance(bad, int) and bad:
-        parts.append(Text(f"{bad} NaN/Inf", style="bold white on red"))
+        parts.append(Text().append(f"{bad} NaN/Inf", style="bold white on red"))
     return parts
 
 
@@ -219,7 +220,7 @@ def _wrap(parts: list[Text], width: int) -> list[Text]:
         if width > 0 and lines[-1].cell_len + 2 + part.cell_len > width:
             lines.append(part.copy())
         else:
-            lines[-1].append("  ").append_text(part)
+            lines[-1].append("  ", style="dim").append_text(part)
     return lines
 
 

@@ -199,14 +199,15 @@ class GradientsPanel(OptionList):
         parts: list[Text] = [Text(spec.title, style="cyan")]
         lines = summary_lines(spec.summary, max(room, 1) if width else 0, fit.lines)
         if fit.join:
-            line = Text(spec.title, style="cyan").append(" ").append_text(
+            line = Text().append(spec.title, style="cyan").append(" ").append_text(
                 summary_line(spec.summary, max(width - len(spec.title) - 1, 1)))
             if line.cell_len <= width:
                 parts, lines = [line], []
         parts += [Text("  ").append_text(line) for line in lines]
         if spec.other is not MISSING:
             other = summary_lines(spec.other, max(room - 3, 1) if width else 0, fit.lines)
-            parts += [Text("  B: " if i == 0 else "     ", style="bold magenta").append_text(line)
+            parts += [Text().append("  B: " if i == 0 else "     ", style="bold magenta")
+                      .append_text(line)
                       for i, line in enumerate(other)]
         summary = spec.summary
         if fit.extras and summary is not None:
