@@ -12,6 +12,7 @@ from rich.text import Text
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
+from backstep.tui.format import fit_number
 from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
 from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
@@ -154,3 +155,13 @@ async def test_numbers_keep_a_space_between_them_and_lose_digits_not_their_ends(
         assert numbers[-1].strip().startswith("‖+0.004"), cells  # the change, its sign kept
         assert numbers[-2].strip().startswith("‖0.01"), cells
         assert "‖‖" not in panel.text_of(row).plain, cells
+
+
+def test_fit_number_loses_digits_not_the_number() -> None:
+    assert fit_number(0.0106342, 7) == "0.01063"
+    assert fit_number(0.0106342, 6) == "0.0106"
+    assert fit_number(1.063e-5, 7) == "1.06e-5"  # the exponent's own digits kept short
+    assert fit_number(-0.00423, 7, sign=True) == "-0.0042"
+    assert fit_number(0.00423, 7, sign=True) == "+0.0042"
+    assert fit_number(64.0, 7, sign=True) == "+64"
+    assert fit_number(float("inf"), 7, sign=True) == "+inf"  # an overflowed difference

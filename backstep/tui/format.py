@@ -47,6 +47,8 @@ def fit_number(x: float, width: int, sign: bool = False) -> str:
     shorter of the plain and the exponent form (``0.0106``, ``1.06e-5``): a narrow column
     loses digits, never the number's size. The shortest form when nothing fits."""
     plus = "+" if sign else ""
+    if not math.isfinite(x):  # a difference of two huge finite numbers can overflow
+        return f"{x:{plus}}"
     if x == int(x) and abs(x) < 1e4:
         return f"{int(x):{plus}d}"
     best = ""
