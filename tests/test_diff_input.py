@@ -119,3 +119,26 @@ def test_a_node_with_no_step_is_reported_in_the_context(tmp_path: Path) -> None:
     code, out, err = run("diff", a, b)
     assert (code, err) == (1, "")
     assert "    step None SumBackward0" in out
+
+
+def test_a_sign_flip_shows_the_statistic_that_differs_not_equal_norms(tmp_path: Path) -> None:
+    """A gradient with its sign flipped keeps its norm: the context row read
+    ``5.24979 | 5.24979  DIFFERS``; it shows the first statistic out of tolerance instead."""
+    events = [json.loads(line) for line in BASE.read_text().splitlines()]
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps(e) + "\n" for e in events))
+    grad = events[4]["grad_inputs"][0]  # SquareBackward's outgoing gradient
+    assert events[4]["name"] == "SquareBackward"
+    low, high = grad["min"], grad["max"]
+    grad.update(min=-high, max=-low, mean=-grad["mean"], values=[-v for v in grad["values"]])
+    b = tmp_path / "b.jsonl"
+    b.write_text("".join(json.dumps(e) + "\n" for e in events))
+    code, out, err = run("diff", a, b)
+    assert (code, err) == (1, "")
+    row = next(x for x in out.splitlines() if "step" in x and "SquareBackward" in x)
+    assert row.lstrip().startswith(">"), row
+    assert f"max {high:.6g} | max {-low:.6g}  DIFFERS" in row, row
+    code, data_out, _ = run("diff", a, b, "--json")
+    rows = {r["node"]: r for r in json.loads(data_out)["context"]}
+    assert rows["SquareBackward"]["stat"] == "max"
+    assert rows["SumBackward0"]["stat"] == "norm" and rows["SumBackward0"]["same"]

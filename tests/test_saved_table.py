@@ -4,15 +4,22 @@ shared out as rich's expanded Table shares it (the snapshot tests hold its look 
 
 from __future__ import annotations
 
+import copy
 import random
+from typing import Any
 
+import pytest
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from backstep.tui.format import nbytes, shape_text
-from backstep.tui.saved import saved_table
+from backstep.tui.app import BackstepApp
+from backstep.tui.format import cut_apart, cut_middle, nbytes, shape_text
+from backstep.tui.model import _saved
+from backstep.tui.saved import SavedPanel, saved_table
 from backstep.tui.snapshot import SavedInfo
+from tests.test_tui import pilot
+from tests.tui_fixtures import RecordingLink, example_events, upto_stop
 
 BIG = SavedInfo("self", "alive", (8, 1024, 768), "float32", 25165824, 0, 0)
 MAT = SavedInfo("mat2", "alive", (768, 768), "float32", 2359296)
@@ -87,3 +94,67 @@ def test_spare_room_is_shared_as_rich_shares_it() -> None:
         drawn = ["".join(s.text for s in row).rstrip()
                  for row in console.render_lines(table, console.options, pad=False)]
         assert [line.rstrip() for line in out] == drawn, (width, out, drawn)
+
+
+def mm_saved() -> list[SavedInfo]:
+    """What a matmul's and a loss's backward save beside their tensors, as the model reads the
+    recorder's entries: sizes and strides, an optional weight never saved, an ignore index."""
+    return list(_saved(MM_RAW))
+
+
+MM_RAW: list[dict[str, Any]] = [
+    {"name": "mat1", "status": "alive", "shape": [4096, 768], "dtype": "float32",
+     "bytes": 12582912},
+    {"name": "mat1_sym_sizes", "status": "scalar", "value": [4096, 768]},
+    {"name": "mat1_sym_strides", "status": "scalar", "value": [768, 1]},
+    {"name": "mat2_sym_sizes", "status": "scalar", "value": [768, 50257]},
+    {"name": "mat2_sym_strides", "status": "scalar", "value": [1, 768]},
+    {"name": "weight", "status": "none", "shape": None, "dtype": None, "bytes": 0},
+    {"name": "ignore_index", "status": "scalar", "value": -100},
+    {"name": "label_smoothing", "status": "scalar", "value": 0.1},
+]
+
+
+def test_sibling_names_stay_apart_and_scalars_show_their_values() -> None:
+    # the issue's panel: ma…sizes, ma…rides, ma…sizes, ma…rides, and "scalar  scalar"; at 40
+    # a size list gives way (cut in the middle) to the 8 name cells that keep them apart
+    for width in (40, 43, 47, 52):
+        out = lines(saved_table(mm_saved(), False, width))
+        names = [line.split()[0] for line in out[1:]]
+        assert len(set(names)) == len(names), (width, names)
+        assert all(len(line) <= width for line in out)
+        assert names[1].startswith("mat1") and names[3].startswith("mat2"), names
+        assert "scalar" not in "\n".join(out)
+        rows = dict(zip(names, out[1:], strict=True))
+        assert rows[names[2]].split()[1:] == ["[768,", "1]"]  # the strides, no status
+        assert rows[names[5]].split()[1:] == ["None"]  # the optional tensor, not "none"
+        assert rows[names[6]].split()[1:] == ["-100"]
+        assert rows[names[7]].split()[1:] == ["0.1"]
+    wide = lines(saved_table(mm_saved(), False, 70))
+    assert [line.split()[0] for line in wide[1:]] == [item.name for item in mm_saved()]
+
+
+def test_cut_apart_keeps_the_head_and_tail_that_tell_names_apart() -> None:
+    names = ["mat1_sym_sizes", "mat1_sym_strides", "mat2_sym_sizes", "mat2_sym_strides"]
+    assert cut_apart(names, 10) == ["mat1…sizes", "mat1…rides", "mat2…sizes", "mat2…rides"]
+    assert cut_apart(["self", "result"], 4) == ["self", "r…lt"]
+    assert cut_apart(["a_long_name_indeed"], 9) == [cut_middle("a_long_name_indeed", 9)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (140, 42), (160, 48)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_the_panel_keeps_siblings_apart_and_shows_values(size: tuple[int, int]) -> None:
+    events = copy.deepcopy(upto_stop(1, example_events()))
+    events[-1]["saved"] = copy.deepcopy(MM_RAW)
+    app = BackstepApp(RecordingLink(events))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        panel = app.query_one(SavedPanel)
+        out = str(panel.render()).split("\n")
+        names = [line.split()[0] for line in out[1:len(MM_RAW) + 1]]
+        assert len(set(names)) == len(names), (size, names)
+        assert all(len(line) <= panel.content_region.width for line in out)
+        text = "\n".join(out)
+        assert "scalar" not in text and "none" not in text, text
+        assert "-100" in text and "None" in text and "0.1" in text, text

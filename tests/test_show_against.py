@@ -65,10 +65,11 @@ async def test_opens_at_the_birth_node_with_both_sides_numbers(traces) -> None:
             # A's outgoing gradient and, under it, B's: half the norm (the bug drops the 2)
             lines = [line.strip() for line in shown.splitlines()]
             out = lines.index(next(x for x in lines if x.startswith("grad_input[0]")))
-            assert lines[out + 1].endswith(f"norm {found['a']['norm']:.4g}")
-            # B's summary on one line: the mean and device give way to fit the panel
-            assert lines[out + 2] == f"B: [4, 2] float32  min {found['b']['min']:.4g}  " \
-                f"max {found['b']['max']:.4g}  norm {found['b']['norm']:.4g}"
+            assert lines[out + 2].endswith(f"norm {found['a']['norm']:.4g}")
+            # B's summary in two lines, as A's: it wraps rather than dropping the mean
+            assert lines[out + 3] == f"B: [4, 2] float32 cpu  min {found['b']['min']:.4g}  " \
+                f"max {found['b']['max']:.4g}"
+            assert lines[out + 4] == f"mean {found['b']['mean']:.4g}  norm {found['b']['norm']:.4g}"
             assert shown.count("B: [") == 2, shown  # one incoming, one outgoing
             await pilot.press("n")
             await pilot.pause()

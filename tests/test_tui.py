@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from rich.text import Text
 from textual.widgets import Input, Select
 
 from backstep.tui.app import BackstepApp
@@ -174,7 +175,7 @@ async def test_nonfinite_gradient_is_red() -> None:
         await pilot.pause()
         panel = app.query_one(GradientsPanel)
         prompt = panel.get_option("grad_outputs:0").prompt
-        text = prompt.renderables[1]
+        text = Text("\n").join(prompt.renderables[1:3])  # the summary, in two lines
         assert "2 NaN/Inf" in text.plain
         styles = [str(span.style) for span in text.spans]
         assert any("red" in s for s in styles)

@@ -203,10 +203,14 @@ async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple
     app = BackstepApp(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        # a [2, 2] gradient's summary on one line: the mean and device give way, the norm stays
-        line = line_with(screen_text(app), "[2, 2]")
-        assert "min -1" in line and "max 2" in line and "norm 2.305" in line, line
-        assert app.query_one(GradientsPanel).max_scroll_y == 0
+        # a [2, 2] gradient's summary wraps onto a second line: every number and the dtype
+        # stay (it cut to ``[2, 2]  min -1  max 2  norm 2.305`` with rows to spare)
+        panel = app.query_one(GradientsPanel)
+        prompt = panel.get_option("grad_outputs:0").prompt
+        shown = " ".join(line.plain for line in prompt.renderables[1:3])
+        for part in ("[2, 2] float32", "min -1", "max 2", "mean 0.4375", "norm 2.305"):
+            assert part in shown, shown
+        assert panel.max_scroll_y == 0
 
 
 @pilot

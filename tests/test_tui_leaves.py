@@ -5,18 +5,20 @@ pass change rewrites the rows near view, a scroll the rest."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.text import Text
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
+from backstep.tui.format import fit_number
 from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
 from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink
+from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 
@@ -60,7 +62,8 @@ async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int
         for shown in names:
             if shown == "input":
                 continue
-            assert shown.endswith("c_fc.weight"), shown
+            # at 110 columns the numbers' separating spaces take two of the name's cells
+            assert shown.endswith("c_fc.weight" if size[0] > 110 else "fc.weight"), shown
             assert shown.startswith(("…", "model.")), shown
         if size[0] >= 170:  # wide: the block index that tells the rows apart is on screen
             assert "h.22.mlp.c_fc.weight" in names[0], names[0]
@@ -120,3 +123,45 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
             name = panel._rows[last]
             fresh = panel._cells(name, None, snapshot, Scale(dict(snapshot.leaf_norms)))
             assert joined(fresh, panel._widths).plain in screen_text(app)
+
+
+def small_norm_events() -> list[dict[str, Any]]:
+    """``long_name_events()`` with a second pass's worth of small norms on x: before ‖0.0106‖,
+    now ‖0.0148‖ (what ran together as ``‖0.0106…‖0.0148…‖+0.0042‖`` at 140 columns)."""
+    events = long_name_events()
+    for ev in events:
+        if ev["event"] == "accumulate" and ev["leaf"] == LONG_LEAVES["x"]:
+            ev["before"] = summary([0.0106342 * 0.6, 0.0106342 * 0.8], [2])
+            ev["after"] = summary([0.0148134 * 0.6, 0.0148134 * 0.8], [2])
+    return events
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (140, 42), (160, 48)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_numbers_keep_a_space_between_them_and_lose_digits_not_their_ends(
+        size: tuple[int, int]) -> None:
+    app = BackstepApp(RecordingLink(small_norm_events(), stop=5))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        panel = app.query_one(LeavesPanel)
+        row = panel._rows.index(LONG_LEAVES["x"])
+        cells = [c.plain for c in panel.row_cells(row)]
+        numbers = [c for c, w in zip(cells[1:4], panel._widths[1:4], strict=True) if w]
+        assert len(numbers) >= 2, cells  # "now" and "change" at every size
+        for text in numbers:
+            assert text.startswith(" "), cells  # a space before each number
+            assert "…" not in text, cells  # never cut
+        assert numbers[-1].strip().startswith("‖+0.004"), cells  # the change, its sign kept
+        assert numbers[-2].strip().startswith("‖0.01"), cells
+        assert "‖‖" not in panel.text_of(row).plain, cells
+
+
+def test_fit_number_loses_digits_not_the_number() -> None:
+    assert fit_number(0.0106342, 7) == "0.01063"
+    assert fit_number(0.0106342, 6) == "0.0106"
+    assert fit_number(1.063e-5, 7) == "1.06e-5"  # the exponent's own digits kept short
+    assert fit_number(-0.00423, 7, sign=True) == "-0.0042"
+    assert fit_number(0.00423, 7, sign=True) == "+0.0042"
+    assert fit_number(64.0, 7, sign=True) == "+64"
+    assert fit_number(float("inf"), 7, sign=True) == "+inf"  # an overflowed difference

@@ -96,7 +96,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _norms(values: list | None) -> str:
+def _values(values: list | None) -> str:
     if values is None:
         return "-"
     return ", ".join("None" if v is None else num(v) for v in values) or "(none)"
@@ -115,12 +115,15 @@ def render(report: dict[str, Any]) -> str:
     found = report["difference"]
     lines += finding_lines(found, report.get("cause"))
     if report["context"]:
-        lines.append("context (outgoing gradient norms, A | B; 'in': a node that sends none, "
-                     "by what it received):")
+        lines.append("context (outgoing gradients' norms, or the statistic that differs, A | B; "
+                     "'in': a node that sends none, by what it received):")
         for row in report["context"]:
             mark = ">" if row["step"] == found.get("step") else " "
             state = "same" if row["same"] else "DIFFERS"
             into = "in " if row.get("incoming") else ""
+            stat = row.get("stat") or "norm"
+            if stat != "norm":  # the norm agrees: the statistic that does not, named
+                into += f"{stat} "
             lines.append(f"  {mark} step {row['step']!s:<4} {row['node']!s:<24} "
-                         f"{into}{_norms(row['a'])} | {into}{_norms(row['b'])}  {state}")
+                         f"{into}{_values(row['a'])} | {into}{_values(row['b'])}  {state}")
     return safe_text.lines("\n".join(lines))

@@ -207,8 +207,23 @@ def _brief(summary: dict | None) -> dict[str, Any] | None:
     return {k: summary.get(k) for k in ("shape", "dtype", "norm", "min", "max", "mean")}
 
 
-def _norms(group: list | None) -> list[Any]:
-    return [None if s is None else s.get("norm") for s in group or []]
+def _stats(group: list | None, stat: str = "norm") -> list[Any]:
+    return [None if s is None else s.get(stat) for s in group or []]
+
+
+def differing_stat(a: list | None, b: list | None, tol: Tolerance) -> str:
+    """The statistic a context row shows for two groups of gradients: the first, in
+    ``compare_summary``'s order, out of tolerance (a sign flip keeps the norm: its max or mean
+    differs), else the norm."""
+    for x, y in zip(a or [], b or [], strict=False):
+        if not x or not y:
+            continue
+        rtol, atol = tol.pair(x.get("dtype"), y.get("dtype"))
+        scale = max(_scale(x), _scale(y))
+        for stat in _STATS:
+            if stat in x and stat in y and not _close(x[stat], y[stat], rtol, atol, scale):
+                return stat
+    return "norm"
 
 
 class PassDiff:
@@ -269,7 +284,7 @@ class PassDiff:
         # a node with no outgoing gradient (AccumulateGrad) is shown by what it received
         shown = "grad_inputs" if event.get("grad_inputs") else "grad_outputs"
         row = {"step": event.get("step"), "node": event.get("name"),
-               "a": _norms(event.get(shown)), "b": None, "same": False,
+               "stat": "norm", "a": _stats(event.get(shown)), "b": None, "same": False,
                "incoming": shown == "grad_outputs"}
         position = self.pos_a.get(node_id)
         other_id = self.by_pos_b.get(position) if position is not None else None
@@ -283,7 +298,9 @@ class PassDiff:
         other = self.steps_b.get(other_id)
         if other is None:
             return row, self._finding("structure", f"{event.get('name')} ran in A only", event), None
-        row["b"] = _norms(other.get(shown))
+        stat = differing_stat(event.get(shown), other.get(shown), self.tol)
+        row["stat"] = stat
+        row["a"], row["b"] = _stats(event.get(shown), stat), _stats(other.get(shown), stat)
         incoming = compare_group(event.get("grad_outputs"), other.get("grad_outputs"), self.tol)
         saved = compare_saved(event.get("saved"), other.get("saved"), self.tol)
         outgoing = compare_group(event.get("grad_inputs"), other.get("grad_inputs"), self.tol)

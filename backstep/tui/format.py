@@ -33,12 +33,76 @@ def num(value: Any) -> Text:
     return Text(f"{x:.4g}")
 
 
+def _short_exponent(text: str) -> str:
+    """``1.1e-05`` as ``1.1e-5``: two cells a number in a narrow column."""
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        return text
+    sign = "-" if exponent.startswith("-") else ""
+    return f"{mantissa}e{sign}{exponent.lstrip('+-').lstrip('0') or '0'}"
+
+
+def fit_number(x: float, width: int, sign: bool = False) -> str:
+    """``x`` with as many significant digits (4 at most) as fit in ``width`` cells, in the
+    shorter of the plain and the exponent form (``0.0106``, ``1.06e-5``): a narrow column
+    loses digits, never the number's size. The shortest form when nothing fits."""
+    plus = "+" if sign else ""
+    if not math.isfinite(x):  # a difference of two huge finite numbers can overflow
+        return f"{x:{plus}}"
+    if x == int(x) and abs(x) < 1e4:
+        return f"{int(x):{plus}d}"
+    best = ""
+    for digits in (4, 3, 2, 1):
+        forms = (_short_exponent(f"{x:{plus}.{digits}g}"),
+                 _short_exponent(f"{x:{plus}.{digits - 1}e}"))
+        best = min(forms, key=len)
+        if len(best) <= width:
+            return best
+    return best
+
+
+def fit_num(value: Any, width: int, sign: bool = False) -> Text:
+    """``num(value)`` in ``width`` cells: fewer digits rather than a number cut with "…"."""
+    x = number(value)
+    if x is None or is_nonfinite(value):
+        return num(value)
+    text = num(value)
+    if text.cell_len <= width and not sign:
+        return text
+    return Text(fit_number(x, width, sign))
+
+
 def cut_left(name: str, width: int) -> str:
     """``name`` in at most ``width`` cells, cut from the left: the tail of a dotted path is the
     informative part (``…h.0.ln_2.weight``)."""
     if len(name) <= width:
         return name
     return "…" + name[len(name) - width + 1 :] if width > 1 else "…"[:width]
+
+
+def cut_apart(names: Sequence[str], width: int) -> list[str]:
+    """``names`` in at most ``width`` cells each, cut in the middle at one place for all, that
+    place chosen to keep names apart (``mat1…sizes``, ``mat2…strides``, not ``ma…sizes`` four
+    times): the split that leaves the most distinct names, nearest ``cut_middle``'s."""
+    if width < 3 or all(len(name) <= width for name in names):
+        return [cut_middle(name, width) for name in names]
+    default = (width - 1) // 3
+
+    def cut(name: str, head: int) -> str:
+        return name if len(name) <= width else \
+            name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+    best = max(range(1, width - 1),
+               key=lambda head: (len({cut(n, head) for n in names}), -abs(head - default)))
+    return [cut(name, best) for name in names]
+
+
+def apart_width(names: Sequence[str]) -> int:
+    """The fewest cells in which ``cut_apart`` keeps every one of ``names`` apart."""
+    longest = max(map(len, names), default=0)
+    distinct = len(set(names))
+    return next((w for w in range(3, longest)
+                 if len(set(cut_apart(names, w))) == distinct), longest)
 
 
 def cut_middle(name: str, width: int) -> str:
@@ -49,6 +113,18 @@ def cut_middle(name: str, width: int) -> str:
         return "…"[:width]
     head = (width - 1) // 3
     return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def scalar_text(value: Any, width: int = 24) -> str:
+    """A saved scalar's value as the recorder wrote it (a number, bool, None, size list or
+    repr), in at most ``width`` cells: ``-100``, ``True``, ``None``, ``[4096, 50257]``."""
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(scalar_text(v, width) for v in value) + "]"
+    else:
+        text = str(value)
+    return cut_middle(text, width)
 
 
 def shape_text(shape: Any) -> str:
@@ -89,45 +165,65 @@ def histogram(summary: Summary) -> Text:
     return Text("")
 
 
-# the fields of a summary line, most telling first: shorter forms keep a prefix of these
-FIELDS = ("norm", "min", "max", "dtype", "device", "mean")
+# the fields of a summary, in the order they give way when the room is short: the device
+# first, the dtype last (under bf16 autocast it is what tells two gradients apart); the shape,
+# the norm and the NaN/Inf count always stay (the tensor view has all of it)
+DROPPED = ("device", "mean", "max", "min", "dtype")
+STATS = ("min", "max", "mean", "norm")
 
 
 def summary_line(summary: Summary | None, width: int = 0) -> Text:
     """``[2, 3] float32 cpu  min .. max .. mean .. norm ..  2 NaN/Inf``; with ``width``, the
-    longest form that fits on one line: the mean, the device and the dtype give way first, then max and min,
-    never the shape, the norm or the NaN/Inf count (the tensor view has all of it)."""
-    full = _summary_line(summary, FIELDS)
-    if summary is None or not width or full.cell_len <= width:
-        return full
-    for keep in range(len(FIELDS) - 1, 0, -1):
-        text = _summary_line(summary, FIELDS[:keep])
-        if text.cell_len <= width:
-            return text
-    return text
+    most that fits on one line (``summary_lines``)."""
+    return summary_lines(summary, width, 1)[0]
 
 
-def _summary_line(summary: Summary | None, fields: Sequence[str]) -> Text:
+def summary_lines(summary: Summary | None, width: int = 0, most: int = 2) -> list[Text]:
+    """A summary in at most ``most`` lines of ``width`` cells: the fields wrap onto the next
+    line before any is dropped, then they give way in ``DROPPED``'s order."""
     if summary is None:
-        return Text("None (no gradient)", style="dim italic")
-    text = Text()
-    text.append(shape_text(summary.get("shape")), style="bold")
+        return [Text("None (no gradient)", style="dim italic")]
+    shown = ["dtype", "device", *STATS]
+    while True:
+        lines = _wrap(_summary_parts(summary, shown), width)
+        if width <= 0 or len(lines) <= most:
+            return lines
+        gone = next((f for f in DROPPED if f in shown), None)
+        if gone is None:  # the least there is, over the room: the caller wraps or cuts it
+            return lines[: most - 1] + [Text("  ").join(lines[most - 1 :])]
+        shown.remove(gone)
+
+
+def _summary_parts(summary: Summary, fields: Sequence[str]) -> list[Text]:
+    """The summary's pieces, each kept whole on a line: the shape with its dtype and device,
+    then one ``key value`` a statistic (or the one value), then the NaN/Inf count."""
+    head = Text().append(shape_text(summary.get("shape")), style="bold")  # spans, not a base
+    # style: a Text's own style would colour what is appended to it too
     kind = " ".join(str(summary.get(key, "?")) for key in ("dtype", "device") if key in fields)
     if kind:
-        text.append(f" {kind}", style="dim")
+        head.append(f" {kind}", style="dim")
+    parts = [head]
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
-        text.append("  value ", style="dim")
-        text.append_text(num(values[0]))
+        parts.append(Text().append("value ", style="dim").append_text(num(values[0])))
     else:
-        for key in ("min", "max", "mean", "norm"):
-            if key in fields:
-                text.append(f"  {key} ", style="dim")
-                text.append_text(num(summary.get(key)))
+        parts += [Text().append(f"{key} ", style="dim").append_text(num(summary.get(key)))
+                  for key in STATS if key in fields]
     bad = summary.get("nonfinite")
     if isinstance(bad, int) and bad:
-        text.append(f"  {bad} NaN/Inf", style="bold white on red")
-    return text
+        parts.append(Text().append(f"{bad} NaN/Inf", style="bold white on red"))
+    return parts
+
+
+def _wrap(parts: list[Text], width: int) -> list[Text]:
+    """``parts`` two spaces apart, a new line where the next would pass ``width`` (0: one)."""
+    lines = [parts[0].copy()]
+    for part in parts[1:]:
+        if width > 0 and lines[-1].cell_len + 2 + part.cell_len > width:
+            lines.append(part.copy())
+        else:
+            lines[-1].append("  ", style="dim").append_text(part)
+    return lines
 
 
 def values_text(summary: Summary | None, limit: int = 16) -> Text | None:

@@ -19,9 +19,38 @@ from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from backstep.tui.fit import name_and_leaf
 from backstep.tui.focus import Focus
-from backstep.tui.format import histogram, summary_line, values_text
+from backstep.tui.format import histogram, summary_line, summary_lines, values_text
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
+
+MISSING = object()  # no B side to show (not ``None``: B's gradient itself may be None)
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """One gradient's option before it is fitted: its id, title, summary and B's."""
+
+    id: str
+    title: str
+    summary: Summary | None
+    other: Summary | None | object = MISSING
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How much of a gradient its option shows: summary lines, values and histogram, and
+    whether its title and summary share a line."""
+
+    lines: int = 2
+    extras: bool = True
+    join: bool = False
+    where_last: bool = False
+
+
+# the fits tried in turn, until the options fit the panel's rows
+FITS = (Fit(), Fit(extras=False), Fit(lines=1, extras=False),
+        Fit(lines=1, extras=False, join=True),
+        Fit(lines=1, extras=False, join=True, where_last=True))
 
 
 class GradientsPanel(OptionList):
@@ -47,8 +76,6 @@ class GradientsPanel(OptionList):
         # ... and, at the node where A first differs from B, the diff's finding in full
         self.reason: Callable[[int, int], list[str] | None] | None = None
         self._fitted: tuple[int, int] = (0, 0)
-        # option id -> (its title and summary lines, its title, its summary)
-        self._heads: dict[str, tuple[int, str, Summary | None]] = {}
 
     def _fit(self) -> tuple[int, int]:
         """The columns and rows the options have (a scrollbar's room kept); 0s before layout."""
@@ -83,41 +110,41 @@ class GradientsPanel(OptionList):
             options_b = Text(f"B: a different op here, {self._other.get('name')}", style="yellow")
         else:
             options_b = None
-        options: list[Option] = []
+        specs: list[Option | Gradient] = []  # the options, the gradients' yet to be fitted
         if focus.info.leaf or focus.info.module:  # the full names, cut elsewhere
             where = Text(focus.info.name, style="bold")
             if focus.info.leaf:
                 where.append(f" {focus.info.leaf}", style="green")
             if focus.info.module:
                 where.append(f" in {focus.info.module}", style="cyan")
-            options.append(Option(where, id="where", disabled=True))
+            specs.append(Option(where, id="where", disabled=True))
         reason = (self.reason(view.number, focus.node)
                   if self.reason is not None and view is not None and focus.node is not None
                   else None)
         for line in reason or ():
-            options.append(Option(Text(line, style="red" if line[:1] != " " else "yellow"),
-                                  disabled=True))
-        options.append(Option(Text("incoming  (grad_outputs)", style="bold"), disabled=True))
+            specs.append(Option(Text(line, style="red" if line[:1] != " " else "yellow"),
+                                disabled=True))
+        specs.append(Option(Text("incoming  (grad_outputs)", style="bold"), disabled=True))
         if options_b is not None:
-            options.append(Option(options_b, disabled=True))
+            specs.append(Option(options_b, disabled=True))
         outputs = focus.grad_outputs
         if outputs is None:
-            options.append(Option(Text("not reached yet", style="dim italic"), disabled=True))
+            specs.append(Option(Text("not reached yet", style="dim italic"), disabled=True))
         else:
             for i, summary in enumerate(outputs):
-                options.append(self._option("grad_outputs", i, f"grad_output[{i}]", summary))
-        options.append(Option(Text("outgoing  (grad_inputs)", style="bold"), disabled=True))
+                specs.append(self._gradient("grad_outputs", i, f"grad_output[{i}]", summary))
+        specs.append(Option(Text("outgoing  (grad_inputs)", style="bold"), disabled=True))
         record = focus.record
         if record is None:
             msg = "runs next" if focus.state == "current" else "has not run"
             if focus.state == "skipped":
                 msg = "skipped: this pass never ran it"
-            options.append(Option(Text(msg, style="dim italic"), disabled=True))
+            specs.append(Option(Text(msg, style="dim italic"), disabled=True))
         elif record.error:
-            options.append(Option(Text(f"raised: {record.error}", style="bold red"), disabled=True))
+            specs.append(Option(Text(f"raised: {record.error}", style="bold red"), disabled=True))
         elif not record.grad_inputs and focus.info.leaf:
-            options.append(Option(Text(f"none: accumulated into {focus.info.leaf}.grad",
-                                       style="dim italic"), disabled=True))
+            specs.append(Option(Text(f"none: accumulated into {focus.info.leaf}.grad",
+                                     style="dim italic"), disabled=True))
         elif record.grad_inputs is not None:
             graph = focus.snapshot.pass_.graph if focus.snapshot.pass_ else None
             for i, summary in enumerate(record.grad_inputs):
@@ -132,19 +159,20 @@ class GradientsPanel(OptionList):
                         dest = f"→ {name} ({leaf}) #{target}"
                 else:
                     dest = "→ (input needs no grad)"
-                options.append(self._option("grad_inputs", i, f"grad_input[{i}] {dest}", summary))
-        width, rows = self._fitted
+                specs.append(self._gradient("grad_inputs", i, f"grad_input[{i}] {dest}", summary))
+        rows = self._fitted[1]
         # short of rows, in turn: the values and histograms give way (Enter opens the tensor
-        # view with all of them), a gradient's title and summary share a line where they fit,
-        # and the full names go below the gradients (the summaries never need scrolling)
-        for step in ("compact", "join", "where last"):
+        # view with all of them), the summaries keep one line (fewer fields), a gradient's
+        # title and summary share a line where they fit, and the full names go below the
+        # gradients (the summaries never need scrolling)
+        options = [self._build(o) for o in specs]
+        for fit in FITS[1:]:
             if not rows or self._count_lines(options) <= rows:
                 break
-            if step == "where last":
+            options = [self._build(o, fit) for o in specs]
+            if fit.where_last:
                 options = [o for o in options if o.id != "where"] + \
                     [o for o in options if o.id == "where"]
-            else:
-                options = [self._compact(o, join=step == "join") for o in options]
         # one replacement, not clear + add: the list never passes through empty, so a node with
         # as many lines as the last one asks for no new layout (which repaints every scrollbar)
         self.set_options(options)
@@ -160,40 +188,44 @@ class GradientsPanel(OptionList):
                 count += max(1, -(-cells // width))
         return count
 
-    def _compact(self, option: Option, join: bool = False) -> Option:
-        """A gradient's option with its title and summaries only; with ``join``, the title and
-        the summary on one line where they fit."""
-        prompt = option.prompt
-        kept = self._heads.get(option.id or "")
-        if not isinstance(prompt, Group) or kept is None:
-            return option
-        head, title, summary = kept
-        lines = list(prompt.renderables[:head])
-        if join and lines and isinstance(lines[0], Text) and lines[0].plain == title:
-            room = self._fitted[0] - len(title) - 2
-            line = Text(title, style="cyan").append("  ").append_text(summary_line(summary, room))
-            if line.cell_len <= self._fitted[0]:
-                lines[:2] = [line]
-        return Option(Group(*lines), id=option.id, disabled=option.disabled)
-
-    def _option(self, slot: str, index: int, title: str, summary: Summary | None) -> Option:
-        width = self._fitted[0] - 2
-        parts: list[Text] = [Text(title, style="cyan"),
-                             Text("  ").append_text(summary_line(summary, max(width, 1)))]
-        if self._other is not None:
-            group = self._other.get(slot)
-            if isinstance(group, list) and index < len(group):
-                parts.append(Text("  B: ", style="bold magenta").append_text(
-                    summary_line(group[index], max(width - 3, 1))))
-        self._heads[f"{slot}:{index}"] = (len(parts), title, summary)  # what a short panel keeps
-        if summary is not None:
+    def _build(self, spec: Option | Gradient, fit: Fit | None = None) -> Option:
+        """A gradient's option as ``fit`` has it: its title, its summary in as many lines (and
+        B's beside it), its values and histogram; any other option as it is."""
+        if isinstance(spec, Option):
+            return spec
+        fit = fit or FITS[0]
+        width = self._fitted[0]
+        room = width - 2 if width else 0  # the summaries are indented two cells
+        parts: list[Text] = [Text(spec.title, style="cyan")]
+        lines = summary_lines(spec.summary, max(room, 1) if width else 0, fit.lines)
+        if fit.join:
+            line = Text().append(spec.title, style="cyan").append(" ").append_text(
+                summary_line(spec.summary, max(width - len(spec.title) - 1, 1)))
+            if line.cell_len <= width:
+                parts, lines = [line], []
+        parts += [Text("  ").append_text(line) for line in lines]
+        if spec.other is not MISSING:
+            other = summary_lines(spec.other, max(room - 3, 1) if width else 0, fit.lines)
+            parts += [Text().append("  B: " if i == 0 else "     ", style="bold magenta")
+                      .append_text(line)
+                      for i, line in enumerate(other)]
+        summary = spec.summary
+        if fit.extras and summary is not None:
             values = values_text(summary)
             spark = histogram(summary)
             if values is not None and len(summary.get("values") or ()) > 1:
                 parts.append(Text("  ").append_text(values))
             if spark.plain.strip():
                 parts.append(Text("  hist ", style="dim").append_text(spark))
-        return Option(Group(*parts), id=f"{slot}:{index}", disabled=summary is None)
+        return Option(Group(*parts), id=spec.id, disabled=summary is None)
+
+    def _gradient(self, slot: str, index: int, title: str, summary: Summary | None) -> Gradient:
+        other: Summary | None | object = MISSING
+        if self._other is not None:
+            group = self._other.get(slot)
+            if isinstance(group, list) and index < len(group):
+                other = group[index]
+        return Gradient(f"{slot}:{index}", title, summary, other)
 
     @on(OptionList.OptionSelected)
     def _open(self, event: OptionList.OptionSelected) -> None:

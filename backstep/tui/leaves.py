@@ -14,14 +14,15 @@ from itertools import accumulate
 
 from rich.text import Text
 
-from backstep.tui.format import cut_left, num
+from backstep.tui.format import cut_left, fit_num
 from backstep.tui.rowlist import RowList
 from backstep.tui.snapshot import Accumulation, Snapshot, Summary, number
 from backstep.tui.titles import set_title
 
 BAR = 10
 # (label, width, right-aligned): the widths at 140x42; ``column_widths`` fits them to the panel
-COLUMNS = (("leaf", 15, False), ("before", 8, True), ("now", 8, True), ("change", 9, True),
+# a number column keeps a cell of space before its number, which loses digits to fit
+COLUMNS = (("leaf", 15, False), ("before", 9, True), ("now", 9, True), ("change", 10, True),
            ("n", 3, True), ("‖grad‖", BAR + 1, False))
 NAME_MIN = 12  # "…ln_2.weight": below this, "n" goes too; below 8 the table scrolls sideways
 NAME_WANT = 24  # a name this long has room before the bar grows to its full length
@@ -36,7 +37,7 @@ def column_widths(room: int) -> tuple[int, ...]:
     fixed = before + now + change + passes
     if room >= fixed + BAR + 1 + NAME_WANT:
         bar = BAR + 1
-    elif room >= fixed + len("NaN/Inf") + 1 + 16:
+    elif room >= fixed + len("NaN/Inf") + 1 + 14:
         bar = len("NaN/Inf") + 1
     else:
         bar = 0
@@ -58,9 +59,11 @@ def name_label(name: str, retained: bool, width: int) -> Text:
 
 
 def cell(value: Text | str, width: int, right: bool) -> Text:
+    """A cell's text in ``width`` cells, a space before it (right-aligned, it keeps one to its
+    left: numbers never run together)."""
     text = value if isinstance(value, Text) else Text(value)
-    text.truncate(width, overflow="ellipsis")
     if right:
+        text.truncate(max(width - 1, 0), overflow="ellipsis")
         text.pad_left(width - text.cell_len)
     else:
         text = Text(" ").append_text(text)
@@ -81,17 +84,17 @@ def joined(cells: Iterable[Text], widths: Iterable[int]) -> Text:
     return row
 
 
-def grad_text(summary: Summary | None, pending: bool = False) -> Text:
-    """A scalar's value, or a tensor's norm."""
+def grad_text(summary: Summary | None, pending: bool = False, width: int = 8) -> Text:
+    """A scalar's value, or a tensor's norm, in ``width`` cells."""
     if summary is None:
         return Text("pending" if pending else "None", style="dim")
     values = summary.get("values")
     if isinstance(values, list) and len(values) == 1:
-        return num(values[0])
-    return Text("‖") .append_text(num(summary.get("norm"))).append("‖")
+        return fit_num(values[0], width)
+    return Text("‖").append_text(fit_num(summary.get("norm"), width - 2)).append("‖")
 
 
-def change_text(acc: Accumulation) -> Text:
+def change_text(acc: Accumulation, width: int = 9) -> Text:
     after, before = acc.after, acc.before
     if after is None:
         return Text("")
@@ -101,12 +104,13 @@ def change_text(acc: Accumulation) -> Text:
         b = number(b_vals[0]) if isinstance(b_vals, list) and len(b_vals) == 1 else 0.0
         a = number(a_vals[0])
         if a is not None and b is not None:
-            return Text(f"{a - b:+.4g}", style="yellow")
+            return Text(fit_num(a - b, width, sign=True).plain, style="yellow")
     a_norm = number(after.get("norm"))
     b_norm = number(before.get("norm")) if before is not None else 0.0
     if a_norm is None or b_norm is None:
         return Text("?", style="red")
-    return Text(f"‖{a_norm - b_norm:+.3g}‖", style="yellow")
+    change = fit_num(a_norm - b_norm, width - 2, sign=True).plain
+    return Text(f"‖{change}‖", style="yellow")
 
 
 class Scale:
@@ -263,6 +267,7 @@ class LeavesPanel(RowList):
                                            scale.bar(snapshot.leaf_norms.get(name), bar))
         else:
             norm = number(acc.after.get("norm")) if acc.after is not None else None
-            row = (label, grad_text(acc.before), grad_text(acc.after), change_text(acc),
+            row = (label, grad_text(acc.before, width=widths[1] - 1),
+                   grad_text(acc.after, width=widths[2] - 1), change_text(acc, widths[3] - 1),
                    str(acc.passes_since_zeroed), scale.bar(norm, bar))
         return tuple(cell(v, w, r) for v, w, (_, _, r) in zip(row, widths, COLUMNS, strict=True))

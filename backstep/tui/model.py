@@ -15,6 +15,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from backstep.tui.format import scalar_text
 from backstep.tui.pass_log import PassLog
 from backstep.tui.snapshot import (
     SEVERITIES,
@@ -65,6 +66,7 @@ def _saved(value: Any) -> tuple[SavedInfo, ...]:
                 bytes=size if isinstance(size, int) and not isinstance(size, bool) else 0,
                 version_saved=version.get("saved") if isinstance(version.get("saved"), int) else None,
                 version_now=version.get("now") if isinstance(version.get("now"), int) else None,
+                value=scalar_text(raw["value"]) if "value" in raw else None,
             )
         )
     return tuple(items)

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from backstep.tui.focus import Focus
-from backstep.tui.format import cut_middle, nbytes, shape_text
+from backstep.tui.format import apart_width, cut_apart, cut_middle, nbytes, shape_text
 from backstep.tui.snapshot import SavedInfo
 
 STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
@@ -18,6 +18,8 @@ def status_text(item: SavedInfo, released: bool = False) -> Text:
     (the engine reports the status as seen before the node ran, and PyTorch frees right after)."""
     if released and item.status == "alive" and item.shape is not None:
         return Text("freed", style="dim")
+    if item.status == "none" or (item.status == "scalar" and item.value is not None):
+        return Text("")  # a value, not a tensor held: the tensor column says it all
     text = Text(item.status, style=STATUS_STYLE.get(item.status, ""))
     if item.version_saved is not None and item.version_now is not None and (
         item.status == "modified" or item.version_now != item.version_saved
@@ -26,8 +28,21 @@ def status_text(item: SavedInfo, released: bool = False) -> Text:
     return text
 
 
+def tensor_cell(item: SavedInfo, dtype: bool) -> str:
+    """The tensor column: shape (and dtype), a scalar's value, or None for an optional tensor
+    PyTorch did not save."""
+    if item.status == "none":
+        return "None"
+    if item.value is not None:
+        return item.value
+    if item.shape is None and item.dtype is None:
+        return "scalar"
+    return shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else "")
+
+
 HEADERS = (("name", False), ("tensor", False), ("bytes", True), ("status", False))
 NAME_MIN = 6  # the name column's least width, while the panel has the room
+VALUE_MIN = 8  # a scalar's value cut to keep names apart keeps this many cells
 
 
 def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
@@ -35,8 +50,8 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
     padded a cell either side and spread over ``width`` as rich's expanded ``Table`` does,
     drawn as text (a ``Table`` measured and laid out its cells again on every frame: 2 ms of a
     35 ms pass change). The shape, bytes and status are what the panel is for: they keep their
-    width (one cell short, the last column's right pad goes at the panel's edge). A long name is
-    cut in the middle (it has a prefix and a suffix: mat1_sym_sizes_0), and on a narrow panel
+    width (one cell short, the last column's right pad goes at the panel's edge). Long names are
+    cut in the middle, where they stay apart (``mat1…sizes``, ``mat2…strides``), and on a narrow panel
     the dtype goes before a name is cut below 8 cells."""
     statuses = [status_text(item, released) for item in saved]
     sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
@@ -44,16 +59,24 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
     fixed = max(len(b) for b in [*sizes, "bytes"]) + \
         max(s.cell_len for s in [*statuses, Text("status")]) + 2 * len(HEADERS) - 1
     names = max(len(item.name) for item in saved)
+    want = apart_width([item.name for item in saved])
     for dtype in (True, False):
-        cells = [("scalar" if item.shape is None and item.dtype is None
-                  else shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else ""))
-                 for item in saved]
-        room = width - fixed - max(len(c) for c in [*cells, "tensor"]) if width else names
+        cells = [tensor_cell(item, dtype) for item in saved]
+        column = max(len(c) for c in [*cells, "tensor"])
+        if width and width - fixed - column < want:
+            # scalars' values (sizes, strides) give way, cut in the middle, to keep names apart
+            held = max((len(c) for c, item in zip(cells, saved, strict=True)
+                        if item.value is None), default=0)
+            column = max(held, len("tensor"), VALUE_MIN, width - fixed - want)
+            cells = [cut_middle(c, column) if item.value is not None else c
+                     for c, item in zip(cells, saved, strict=True)]
+            column = max(len(c) for c in [*cells, "tensor"])
+        room = width - fixed - column if width else names
         if room >= min(names, 8):
             break
     room = max(room, 4)
-    rows = [(cut_middle(item.name, room), cell, size, status)
-            for item, cell, size, status in zip(saved, cells, sizes, statuses, strict=True)]
+    names_cut = cut_apart([item.name for item in saved], room)  # siblings kept apart
+    rows = list(zip(names_cut, cells, sizes, statuses, strict=True))
     content = [max(len(r[0]) for r in rows), max(len(r[1]) for r in rows),
                max(len(r[2]) for r in rows), max(r[3].cell_len for r in rows)]
     content = [max(c, len(title)) for c, (title, _) in zip(content, HEADERS, strict=True)]

@@ -104,6 +104,7 @@ class SavedInfo:
     bytes: int
     version_saved: int | None = None
     version_now: int | None = None
+    value: str | None = None  # a saved scalar's value, as shown (None: none recorded)
 
 
 @dataclass(frozen=True)
