@@ -73,11 +73,13 @@ def test_a_nested_pass_keeps_the_outer_freeze_and_never_counts_frozen_objects(
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
-def test_a_pass_on_another_thread_keeps_the_collector_frozen_after_the_first_ends() -> None:
-    """Pass B starts inside pass A (another thread) and ends after it: A's end must not thaw
-    the heap under B, and B's end thaws it."""
+def test_a_pass_on_another_thread_leaves_the_freeze_to_the_pass_that_made_it(
+    freeze_counts: list[int],
+) -> None:
+    """Pass B runs on another thread while pass A holds the freeze: B neither asks how many
+    objects are frozen nor thaws them under A; A's end thaws."""
     before = gc.get_threshold()
-    a_inside, b_started, a_ended = threading.Event(), threading.Event(), threading.Event()
+    a_inside, b_ended = threading.Event(), threading.Event()
     seen: dict[str, Any] = {}
 
     def pass_a() -> None:
@@ -86,35 +88,31 @@ def test_a_pass_on_another_thread_keeps_the_collector_frozen_after_the_first_end
 
         def hook(g: torch.Tensor) -> None:
             a_inside.set()
-            b_started.wait(10)
+            b_ended.wait(10)
+            seen["after b"] = gc.get_threshold()[0]
 
         y.register_hook(hook)
         y.sum().backward()
-        a_ended.set()
 
     def pass_b() -> None:
         x = torch.randn(3, requires_grad=True)
-        y = x.exp()
+        x.exp().sum().backward()
+        b_ended.set()
 
-        def hook(g: torch.Tensor) -> None:
-            b_started.set()
-            a_ended.wait(10)
-            seen["threshold"] = gc.get_threshold()[0]
-
-        y.register_hook(hook)
-        y.sum().backward()
-
-    capture, _ = _recording()
+    capture, recorder = _recording()
     try:
-        threads = [threading.Thread(target=pass_a), threading.Thread(target=pass_b)]
-        threads[0].start()
-        assert a_inside.wait(10)  # A's pass has begun, and frozen the heap, before B's
-        threads[1].start()
-        for thread in threads:
-            thread.join(20)
+        thread_a = threading.Thread(target=pass_a)
+        thread_a.start()
+        assert a_inside.wait(10)  # A's pass has begun, and frozen the heap
+        thread_b = threading.Thread(target=pass_b)
+        thread_b.start()
+        thread_b.join(20)
+        thread_a.join(20)
     finally:
         capture.uninstall()
-    assert a_ended.is_set() and seen["threshold"] == PASS_GC_THRESHOLD
+    assert b_ended.is_set() and seen["after b"] == PASS_GC_THRESHOLD
+    assert len([e for e in recorder.events if e["event"] == "pass_end"]) == 2
+    assert freeze_counts == [0]  # A's look, before it froze; none from B
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
