@@ -59,12 +59,15 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(command: list[str], clock: str) -> tuple[float, int, str]:
+def _run(command: list[str], clock: str, threads: int | None = None) -> tuple[float, int, str]:
     """(seconds on ``clock``, exit code, stdout) of one run; stderr is left out (torch's own
     warnings). ``cpu``: the child's user + system time, steadier than wall time on a shared
-    machine."""
+    machine, but idle OpenMP threads spinning while Python works count too: pair it with
+    ``threads=1``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                      os.environ.get("PYTHONPATH")]))}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     wall, cpu = time.perf_counter(), _cpu()
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                           cwd=CORPUS, check=False)
@@ -73,7 +76,8 @@ def _run(command: list[str], clock: str) -> tuple[float, int, str]:
 
 
 def measure(name: str, pairs: int, args: list[str],
-            clock: str = "wall") -> tuple[dict[str, float], float, list[str]]:
+            clock: str = "wall",
+            threads: int | None = None) -> tuple[dict[str, float], float, list[str]]:
     """Median ratio to plain per mode, the median plain seconds, and what went wrong."""
     script = CORPUS / f"{name}.py"
     ratios: dict[str, list[float]] = {mode: [] for mode in MODES[1:]}
@@ -83,7 +87,7 @@ def measure(name: str, pairs: int, args: list[str],
         out = os.path.join(tmp, "trace.jsonl")
         for rep in range(pairs):
             order = MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]
-            runs = {mode: _run(_command(mode, script, args, out), clock) for mode in order}
+            runs = {mode: _run(_command(mode, script, args, out), clock, threads) for mode in order}
             seconds, code, stdout = runs["plain"]
             plains.append(seconds)
             for mode in MODES[1:]:
@@ -104,19 +108,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time (what a user waits), or the child's CPU time (steadier "
                              "where other work shares the machine)")
+    parser.add_argument("--threads", type=int,
+                        help="torch's intra-op threads in every run (OMP_NUM_THREADS)")
     parser.add_argument("--script", choices=sorted(SCRIPTS), action="append",
                         help="only this script (repeatable)")
     args = parser.parse_args(argv)
     failed = False
+    threads = f"{args.threads} thread(s)" if args.threads else "default threads"
     print(f"python {sys.version.split()[0]}, {args.clock} time, medians of {args.pairs} "
-          f"repetitions{', --quick' if args.quick else ''}, {os.cpu_count()} CPUs")
+          f"repetitions{', --quick' if args.quick else ''}, {os.cpu_count()} CPUs, {threads}")
     print(f"{'script':<24} {'plain s':>8} {'trace':>7} {'target':>7} {'no-src':>7} {'target':>7}"
           "  ok")
     for name, (target, target_bare, quick_steps) in SCRIPTS.items():
         if args.script and name not in args.script:
             continue
         ratios, plain, problems = measure(name, args.pairs,
-                                          [str(quick_steps)] if args.quick else [], args.clock)
+                                          [str(quick_steps)] if args.quick else [], args.clock,
+                                          args.threads)
         ok = not problems and all(
             limit is None or ratios[mode] <= limit
             for mode, limit in (("trace", target), ("no source", target_bare)))
