@@ -10,7 +10,7 @@ reduced once.
 
 from __future__ import annotations
 
-from math import isfinite
+from math import isfinite, nan
 from operator import truediv
 from typing import Any
 
@@ -34,7 +34,7 @@ class HostGroup:
     gradient a node just wrote is in the cache, measured slower.)
     """
 
-    __slots__ = ("slots", "tensors", "numels", "owner", "unique", "reps", "settled")
+    __slots__ = ("slots", "tensors", "numels", "owner", "unique", "reps", "singles", "settled")
 
     def __init__(self) -> None:
         self.slots: list[int] = []
@@ -43,6 +43,7 @@ class HostGroup:
         self.owner: list[int] = []  # index in ``reps`` of the block each tensor reads
         self.unique: dict[tuple, int] = {}  # block of memory -> index in ``reps``
         self.reps: list[torch.Tensor] = []  # one tensor per block of memory
+        self.singles: list[int] = []  # indices in ``reps`` of one-element tensors
         self.settled: list[_Settled] = []
 
     def add(self, t: torch.Tensor, slot: int, n: int, small: int) -> None:
@@ -55,6 +56,8 @@ class HostGroup:
         if j is None:
             j = len(self.reps)
             self.reps.append(t)
+            if n == 1:
+                self.singles.append(j)
             if key is not None:
                 self.unique[key] = j
         self.owner.append(j)
@@ -62,27 +65,31 @@ class HostGroup:
         self.tensors.append(t)
         self.numels.append(n)
 
-    def _reduce(self) -> torch.Tensor:
-        """min, max, norm and sum of every block, as a (4, blocks) float64 tensor."""
-        reps = self.reps
-        mins, maxs, sums, norms = [], [], [], []
-        # each tensor's reductions one after the other, while it is in the cache; the norms a
-        # few tensors at a time (the values are the same: one norm per tensor either way)
-        for start in range(0, len(reps), _NORMS_AT_ONCE):
-            chunk = reps[start : start + _NORMS_AT_ONCE]
-            for t in chunk:
-                lo, hi = t.aminmax()
-                mins.append(lo)
-                maxs.append(hi)
-                sums.append(t.sum())
-            norms += torch._foreach_norm(chunk)
-        return torch.stack(
-            [torch.stack(mins), torch.stack(maxs), torch.stack(norms), torch.stack(sums)]
-        ).to(torch.float64)
+    def _reduce(self) -> tuple[torch.Tensor, list[int]]:
+        """min, max, norm and sum of every block, as a (4, blocks) float64 tensor, and the
+        ``owner`` list that indexes its columns.
+
+        A one-element block needs no reduction: its min, max and sum are its value and its norm
+        the value's magnitude, exactly as the kernels compute them (checked from subnormals to
+        the dtype's largest, in every batched dtype). Those blocks come last, all at once: a
+        pass of scalar gradients (a loss, scalar parameters) costs two kernels, not three each.
+        """
+        reps, singles = self.reps, self.singles
+        if not singles:
+            return _reduce(reps), self.owner
+        single = set(singles)
+        order = [j for j in range(len(reps)) if j not in single] + singles
+        column = {j: k for k, j in enumerate(order)}
+        values = torch.stack([reps[j].reshape(()) for j in singles])
+        raw = torch.stack([values, values, values.abs(), values]).to(torch.float64)
+        if len(singles) < len(reps):
+            raw = torch.cat([_reduce([reps[j] for j in order[: len(reps) - len(singles)]]), raw],
+                            dim=1)
+        return raw, [column[j] for j in self.owner]
 
     def _clear(self) -> None:
         self.slots, self.tensors, self.numels, self.owner = [], [], [], []
-        self.unique, self.reps = {}, []
+        self.unique, self.reps, self.singles = {}, [], []
 
     def settle(self, dtype: torch.dtype, results: dict[int, dict[str, Any]]) -> None:
         """Reduce the held tensors now and drop them. A batch whose every statistic is finite
@@ -90,23 +97,22 @@ class HostGroup:
         non-finite counts and float64 redos need the tensors). Runs under ``torch.no_grad()``."""
         if not self.tensors:
             return
-        raw = self._reduce()
+        raw, owner = self._reduce()
         if bool(torch.isfinite(raw).all()):
             small = [t.reshape(-1) for t, n in zip(self.tensors, self.numels, strict=True)
                      if n <= SMALL]
             self.settled.append(_Settled(
-                self.slots, [t.shape for t in self.tensors], self.numels, self.owner,
+                self.slots, [t.shape for t in self.tensors], self.numels, owner,
                 raw, torch.cat(small) if small else None, self.tensors[0].device))
         else:
-            _write(dtype, self.tensors, self.numels, self.slots, self.owner, raw, None,
-                   results)
+            _write(dtype, self.tensors, self.numels, self.slots, owner, raw, None, results)
         self._clear()
 
     def compute(self, dtype: torch.dtype, results: Any) -> None:
         """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
         if not self.settled:
-            _write(dtype, self.tensors, self.numels, self.slots, self.owner, self._reduce(),
-                   None, results)
+            raw, owner = self._reduce()
+            _write(dtype, self.tensors, self.numels, self.slots, owner, raw, None, results)
             return
         # the settled batches and what is held, in one _write: one rounding, one read
         chunks = self.settled
@@ -135,6 +141,24 @@ class HostGroup:
                device=chunks[0].device)
 
 
+def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
+    """min, max, norm and sum of each tensor, as a (4, tensors) float64 tensor."""
+    mins, maxs, sums, norms = [], [], [], []
+    # each tensor's reductions one after the other, while it is in the cache; the norms a few
+    # tensors at a time (the values are the same: one norm per tensor either way)
+    for start in range(0, len(reps), _NORMS_AT_ONCE):
+        chunk = reps[start : start + _NORMS_AT_ONCE]
+        for t in chunk:
+            lo, hi = t.aminmax()
+            mins.append(lo)
+            maxs.append(hi)
+            sums.append(t.sum())
+        norms += torch._foreach_norm(chunk)
+    return torch.stack(
+        [torch.stack(mins), torch.stack(maxs), torch.stack(norms), torch.stack(sums)]
+    ).to(torch.float64)
+
+
 class _Settled:
     """A settled batch: its reductions, and what its summaries need of its tensors."""
 
@@ -158,7 +182,12 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
     """
     stats = transfers.read(raw)
     digits = _DIGITS.get(dtype)
-    shown = transfers.read(_round_digits(raw, digits)) if digits else stats
+    if not digits:
+        shown = stats
+    elif len(stats[0]) <= _ROUND_ON_HOST:
+        shown = _rounded(stats, digits)
+    else:
+        shown = transfers.read(_round_digits(raw, digits))
     if small is None:
         held = [t.reshape(-1) for t, n in zip(group, numels, strict=True)
                 if n <= SMALL and isinstance(t, torch.Tensor)]
@@ -210,6 +239,16 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             out["values"] = _values(small_values[pos : pos + n], dtype)
             pos += n
         results[i] = out
+
+
+_ROUND_ON_HOST = 32  # blocks up to which rounding in Python beats _round_digits' ~20 kernels
+
+
+def _rounded(stats: list[list[float]], digits: int) -> list[list[float]]:
+    """``_round_digits`` in Python: what it computes (``float(f"{v:.{digits}g}")``; NaN where
+    ``v`` is not finite) for min, max and norm; the sums are not shown."""
+    spec = f".{digits}g"
+    return [[float(format(v, spec)) if isfinite(v) else nan for v in row] for row in stats[:3]]
 
 
 _SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text

@@ -105,25 +105,54 @@ def _freeze_gc() -> bool:
     only exempt until ``_unfreeze_gc()`` at pass end, which also puts the thresholds back: what
     the program computes is unchanged, only when cyclic garbage is collected. Left alone when the
     program froze objects itself or turned the collector off.
+
+    Passes nest (reentrant checkpoint runs a backward inside a node): the thread whose pass
+    froze the heap counts its nested passes in, and its outermost pass thaws it. A pass on
+    another thread meanwhile neither freezes nor thaws (as when it found the heap frozen by
+    the program): one long pass never keeps the heap frozen for another, so passes that keep
+    overlapping on two threads cannot leave old garbage uncollected. No pass asks
+    ``gc.get_freeze_count()`` while backstep's freeze holds: it walks every frozen object, the
+    whole heap once a pass has frozen it (38 ms a call on a BERT loop).
+    Returns whether the caller must call ``_unfreeze_gc()`` when its pass ends.
     """
-    if not gc.isenabled() or gc.get_freeze_count():
-        return False
-    gc.freeze()
-    _THRESHOLDS[:] = gc.get_threshold()
-    first = _THRESHOLDS[0]
-    if 0 < first < PASS_GC_THRESHOLD:
-        gc.set_threshold(PASS_GC_THRESHOLD, *_THRESHOLDS[1:])
-    return True
+    global _OWNER, _DEPTH
+    with _GC_LOCK:
+        if _OWNER is not None:
+            if _OWNER != threading.get_ident():
+                return False  # another thread's pass froze the heap, and thaws it
+            _DEPTH += 1
+            return True
+        if not gc.isenabled() or gc.get_freeze_count():
+            return False
+        gc.freeze()
+        _OWNER, _DEPTH = threading.get_ident(), 1
+        _THRESHOLDS[:] = gc.get_threshold()
+        first = _THRESHOLDS[0]
+        if 0 < first < PASS_GC_THRESHOLD:
+            gc.set_threshold(PASS_GC_THRESHOLD, *_THRESHOLDS[1:])
+        return True
 
 
 def _unfreeze_gc() -> None:
-    if _THRESHOLDS and gc.get_threshold()[0] == PASS_GC_THRESHOLD:
-        gc.set_threshold(*_THRESHOLDS)
-    gc.unfreeze()
+    """End a pass that ``_freeze_gc()`` counted in (on its thread); the outermost thaws."""
+    global _OWNER, _DEPTH
+    with _GC_LOCK:
+        if _OWNER != threading.get_ident():
+            return
+        _DEPTH -= 1
+        if _DEPTH > 0:
+            return
+        _OWNER = None
+        if _THRESHOLDS and gc.get_threshold()[0] == PASS_GC_THRESHOLD:
+            gc.set_threshold(*_THRESHOLDS)
+        gc.unfreeze()
 
 
 PASS_GC_THRESHOLD = 100_000
 _THRESHOLDS: list[int] = []
+_OWNER: int | None = None  # the thread whose pass froze the heap, while it is frozen
+_DEPTH = 0  # that thread's passes in flight: the outer one and those nested in it
+_GC_LOCK = threading.Lock()
 
 
 class _Retained:

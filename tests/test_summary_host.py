@@ -1,0 +1,78 @@
+"""Host summaries of small batches: one-element tensors skip the reduction kernels, few blocks
+are rounded in Python; both give exactly what the kernels give."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from backstep.engine import summary_host
+from backstep.engine.rounding import _round_digits, _stat
+from backstep.engine.summary import SummaryBatch
+
+SPECIALS = [0.0, -0.0, 1e-45, 1e-40, 1e-30, 1.17e-38, 2.5, -7.25, 1 / 3, 1e20, 3e38, -3.4e38,
+            65504.0, 6e-8, math.inf, -math.inf, math.nan]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.seen[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_element_tensors_are_summarised_without_reduction_kernels() -> None:
+    batch = SummaryBatch()
+    tensors = [torch.tensor(v) for v in (0.5, -2.0, 3.25)] + [torch.randn(1, 1) for _ in range(5)]
+    for t in tensors:
+        batch.add(t)
+    with _Ops() as ops:
+        summaries = batch.compute()
+    assert not {"aminmax", "sum", "linalg_vector_norm", "_foreach_norm", "norm"} & set(ops.seen)
+    assert [s["min"] for s in summaries[:3]] == [0.5, -2.0, 3.25]
+    assert [s["norm"] for s in summaries[:3]] == [0.5, 2.0, 3.25]
+    assert summaries[1]["values"] == [-2.0] and summaries[4]["shape"] == [1, 1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_one_element_shortcut_equals_the_kernels(dtype: torch.dtype) -> None:
+    """min, max, norm and sum of one element, as aminmax, _foreach_norm and sum give them, in
+    one batch with larger tensors (the columns land where each tensor's owner says)."""
+    group = summary_host.HostGroup()
+    tensors = []
+    for k, v in enumerate(SPECIALS):
+        tensors.append(torch.tensor(v).to(dtype).reshape((1,) * (k % 3)))
+        tensors.append(torch.randn(3 + k).to(dtype))
+    for slot, t in enumerate(tensors):
+        group.add(t, slot, t.numel(), 16)
+    raw, owner = group._reduce()
+    expected = summary_host._reduce(tensors)
+    got = raw[:, owner]
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+
+
+@pytest.mark.parametrize(("digits", "dtype"), [(8, torch.float32), (5, torch.float16)])
+def test_rounding_in_python_equals_the_kernels(digits: int, dtype: torch.dtype) -> None:
+    """What ``_blocks`` shows either way: ``_round_digits``, with ``_stat`` where it gave NaN
+    (a power of ten it cannot make exactly), NaN where the value is not finite."""
+    torch.manual_seed(0)
+    values = torch.cat([torch.tensor(SPECIALS, dtype=torch.float64),
+                        torch.randn(200, dtype=torch.float64) * 10.0 ** torch.randint(-40, 40, (200,)),
+                        torch.tensor([1e-300, 5e-324, 1.7e308, 123456789.5, 0.1 + 0.2])])
+    raw = values.reshape(1, -1).expand(4, -1)
+    rounded = _round_digits(raw, digits).tolist()[:3]
+    expected = [[x if x == x else (_stat(v, dtype) if math.isfinite(v) else math.nan)
+                 for x, v in zip(row, values.tolist(), strict=True)] for row in rounded]
+    got = summary_host._rounded(raw.tolist(), digits)
+    for row_got, row_expected in zip(got, expected, strict=True):
+        assert [repr(x) for x in row_got] == [repr(x) for x in row_expected]
