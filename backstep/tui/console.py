@@ -121,6 +121,7 @@ class ConsolePanel(Vertical):
                    word_wrap=True)
         )
         self.traceback_view.display = True
+        self.add_class("-raised")
 
     # -- stdin ----------------------------------------------------------------------------
 
