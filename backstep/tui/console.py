@@ -23,7 +23,7 @@ _PIECES = re.compile(r"\r\n|\n|\r|[^\r\n]+")
 
 
 class OutputLog(Log):
-    """A ``Log`` that obeys carriage returns: the text after a line's last ``\r`` replaces
+    r"""A ``Log`` that obeys carriage returns: the text after a line's last ``\r`` replaces
     the line (``\r\n`` is a newline), across writes too, so a bar updated in place takes one
     line, not one per update. It is given text that ``safe_text`` has made printable, so no
     other control character reaches it."""
@@ -33,6 +33,9 @@ class OutputLog(Log):
         self._returned = False  # a \r came last on the line: the next text replaces it
 
     def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
+        if not self._returned and "\r" not in data:  # the usual output: in one write
+            super().write(data, scroll_end)
+            return self
         for piece in _PIECES.findall(data):
             if piece == "\r":
                 self._returned = True
