@@ -375,3 +375,40 @@ def test_input_reads_what_is_typed_in_the_console_and_ctrl_d_is_eof(tmp_path: Pa
         assert ui.wait() == 0
     finally:
         ui.kill()
+
+
+ENDS_WITH_3 = textwrap.dedent(
+    """\
+    import sys
+    import torch
+
+    x = torch.tensor(2.0, requires_grad=True)
+    (x * x).backward()
+    for i in range(60):
+        print("line", i)
+    sys.exit(3)
+    """
+)
+
+
+def test_q_after_the_end_exits_with_the_scripts_code_and_leaves_its_output(tmp_path: Path) -> None:
+    (tmp_path / "three.py").write_text(ENDS_WITH_3)
+    ui = Pty(["-m", "backstep", "run", "three.py"], tmp_path)
+    try:
+        ui.expect(r"stopped: start of pass", timeout=90)
+        ui.press("c")
+        screen = ui.expect(r"script exited with code 3", timeout=60)
+        status = row_with(screen, r"script exited with code 3")
+        assert status is not None and "q quit" in status
+        assert "n step" not in status and "c continue" not in status, status
+        ui.expect(r"line 59")
+        ui.press("q")
+        assert ui.wait() == 3
+        ui.pump(0.5)
+        after = ui.raw[ui.raw.rindex(LEAVE_ALTERNATE_SCREEN):].decode(errors="replace")
+        after = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]", "", after)  # the modes Textual resets
+        printed = [line for line in re.split(r"\r?\n", after) if line.startswith("line ")]
+        # the last screenful: the 42-row terminal keeps a row for the prompt
+        assert printed == [f"line {i}" for i in range(60 - (ROWS - 1), 60)], after
+    finally:
+        ui.kill()

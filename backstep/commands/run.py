@@ -131,6 +131,9 @@ def launch(
             link.close()  # idempotent: no orphan even if the UI crashed
     if hang_up.code is not None:
         return hang_up.code
+    from backstep.tui.leave_output import leave_output
+
+    leave_output(app.console_lines, sys.stdout)  # the UI's screen is gone: the output stays
     if result is None:
         return exit_status(link.returncode())
     return int(result)

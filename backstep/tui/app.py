@@ -117,6 +117,7 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
         self.waiting = False  # a resume command went out and no stop came back yet
         self.gone: str | None = None
         self.exit_code: int | None = None
+        self.console_lines: list[str] = []  # the console's lines as q left them
         self._next_req = 1
         self._shown_stop: tuple[int, int, int | None] | None = None
         # the shown diagnosis's line stays in the Source panel until the person looks elsewhere
@@ -149,7 +150,7 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
             with Vertical(id="right"):
                 yield SourcePanel(self.source_enabled, id="source")
                 yield LeavesPanel(id="leaves")
-        with Horizontal(id="bottom"):
+        with Horizontal(id="bottom", classes="-narrated" if self.narration else ""):
             yield ConsolePanel(id="console")
             if self.narration is not None:
                 yield NarrationPanel(self.narration, id="narration")
@@ -334,7 +335,8 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
     def _refresh_status(self) -> None:
         self.query_one(StatusLine).show(self.shown, waiting=self.waiting, gone=self.gone,
                                         breakpoints=len(self.breakpoints),
-                                        review=self.review_note() or self.review is not None)
+                                        review=self.review_note() or self.review is not None,
+                                        ended=self.snapshot.exit is not None)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -394,10 +396,13 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
             self.query_one(ModulePanel if modules else GraphPanel).focus()
 
     def action_quit_session(self) -> None:
+        """q: the script's exit code once it has ended, else it is ended here (SIGTERM: 143,
+        as a shell reports it). The console's lines stay for ``backstep run`` to print."""
         code = self.snapshot.exit.code if self.snapshot.exit is not None else self.exit_code
         if self.link is not None:
             self.link.close()
             if code is None:
                 status = self.link.returncode()
                 code = 128 - status if status is not None and status < 0 else status
+        self.console_lines = list(self.query_one(ConsolePanel).log_view.lines)
         self.exit(code if code is not None else 0)

@@ -2,9 +2,13 @@
 for its stdin when it waits for one.
 
 What a script prints reaches the screen as text: its colours and cursor moves are dropped, any
-other escape sequence (a title, a clipboard write) is shown as it reads (``safe_text``)."""
+other escape sequence (a title, a clipboard write) is shown as it reads (``safe_text``). A
+carriage return is then obeyed as a terminal's: a progress bar (tqdm) redraws its line in place.
+"""
 
 from __future__ import annotations
+
+import re
 
 from rich.syntax import Syntax
 from textual.app import ComposeResult
@@ -14,6 +18,39 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 
 from backstep import safe_text
+
+_PIECES = re.compile(r"\r\n|\n|\r|[^\r\n]+")
+
+
+class OutputLog(Log):
+    r"""A ``Log`` that obeys carriage returns: the text after a line's last ``\r`` replaces
+    the line (``\r\n`` is a newline), across writes too, so a bar updated in place takes one
+    line, not one per update. It is given text that ``safe_text`` has made printable, so no
+    other control character reaches it."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._returned = False  # a \r came last on the line: the next text replaces it
+
+    def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
+        if not self._returned and "\r" not in data:  # the usual output: in one write
+            super().write(data, scroll_end)
+            return self
+        for piece in _PIECES.findall(data):
+            if piece == "\r":
+                self._returned = True
+                continue
+            newline = piece in ("\n", "\r\n")
+            if self._returned and not newline and self._lines:
+                self._lines[-1] = ""  # Log.write appends to the last line: it starts afresh
+            self._returned = False
+            super().write("\n" if newline else piece, scroll_end)
+        return self
+
+    def on_resize(self) -> None:
+        """It grows with the output (up to its most lines): the last line stays in view."""
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
 
 class StdinLine(Input):
@@ -54,7 +91,7 @@ class ConsolePanel(Vertical):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Console"
-        self.log_view = Log(max_lines=10_000, id="console-log")
+        self.log_view = OutputLog(max_lines=10_000, id="console-log")
         self.traceback_view = Static("", id="console-traceback")
         self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
                                     "sends it, ctrl+d ends the input", id="console-input")
@@ -87,6 +124,7 @@ class ConsolePanel(Vertical):
                    word_wrap=True)
         )
         self.traceback_view.display = True
+        self.add_class("-raised")
 
     # -- stdin ----------------------------------------------------------------------------
 
@@ -107,7 +145,7 @@ class ConsolePanel(Vertical):
         event.stop()
         text = event.value + "\n"
         self.stdin_line.value = ""
-        self.log_view.write(text)  # echoed, as a terminal would
+        self.log_view.write(safe_text.script_output(text))  # echoed, as a terminal would
         self.hide_input()
         self.post_message(self.Typed(text))
 

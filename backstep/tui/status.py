@@ -25,11 +25,16 @@ HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B"
          ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),
          ("q", "quit"))
 HELP = ("?", "help")
+# once the script has ended (or its debuggee is gone) nothing resumes: what still works
+ENDED_HINTS = (("q", "quit"), ("p", "review"), ("m", "modules"), ("/", "search"),
+               ("F", "flow"), ("z", "maximise"), ("?", "help"))
 
 
 def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
-                breakpoints: int, review: bool | str = False, width: int = 0) -> Text:
-    """The line; with ``width``, cut to fit: the node's name and "? help" always, the thread
+                breakpoints: int, review: bool | str = False, width: int = 0,
+                ended: bool = False) -> Text:
+    """The line (``ended``: the script has ended, though a review shows an earlier step: the
+    keys are only those that still work); with ``width``, cut to fit: the node's name and "? help" always, the thread
     when there is room, then as many keys as fit, in ``HINTS`` order. When even the required
     parts are too long (a long node name, detail or error), they are squeezed in ``SQUEEZE``
     order: "stopped:" goes, then the detail and error are cut at the right, then the node's name
@@ -65,7 +70,6 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     elif snapshot.exit is not None:
         code = snapshot.exit.code
         add(f"  script exited with code {code}", "bold green" if code == 0 else "bold red")
-        add(" — q to quit", "dim")
     elif snapshot.stop is not None and not waiting:
         stop = snapshot.stop
         add("  stopped: ", "dim", role="stopped")
@@ -102,11 +106,12 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         add("  running… (ctrl+c stops at the next node)", "dim")
     if breakpoints:
         add(f"  ●{breakpoints}", "red")
-    hints = HINTS
+    ended = ended or gone is not None or snapshot.exit is not None
+    hints = ENDED_HINTS if ended else HINTS
     count = len(snapshot.diagnoses)
     if count:  # the banner may be dismissed: say how to bring it back (first: it matters most)
         what = f"{count} diagnos{'is' if count == 1 else 'es'}"
-        hints = (("d", what), *HINTS)
+        hints = (("d", what), *hints)
 
     # what is left once the required parts, the gap and "? help" are in
     room = (width - sum(p.cell_len for p, optional in parts if not optional) - 3
@@ -230,9 +235,9 @@ class StatusLine(Static):
         self._line: Callable[[int], Text] | None = None
 
     def show(self, snapshot: Snapshot, *, waiting: bool, gone: str | None,
-             breakpoints: int, review: bool | str = False) -> None:
+             breakpoints: int, review: bool | str = False, ended: bool = False) -> None:
         self._shown = (snapshot, {"waiting": waiting, "gone": gone, "breakpoints": breakpoints,
-                                  "review": review})
+                                  "review": review, "ended": ended})
         self._line = None
         self._draw()
 
