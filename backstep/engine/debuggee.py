@@ -23,14 +23,39 @@ from backstep.process import transport
 T = TypeVar("T")
 
 
-class ChannelSink:
-    """Events to the UI; a lost UI makes every later emit a no-op."""
+class _ChannelLines:
+    """The file-like end of the channel a ``JsonlRecorder`` writes batches into."""
 
     def __init__(self, channel: transport.Channel) -> None:
         self.channel = channel
 
+    def write(self, data: bytes) -> None:
+        if data and not self.channel.send_lines(data):
+            raise BrokenPipeError("the UI is gone")
+
+    def flush(self) -> None:
+        pass
+
+
+class ChannelSink:
+    """Events to the UI; a lost UI makes every later emit a no-op.
+
+    A recorded pass hands its node events over a few hundred at a time (``emit_many``): they
+    are encoded as ``backstep trace`` writes them (each gradient summary's text once) and sent
+    in one write, not one ``json.dumps`` and one ``sendall`` per node.
+    """
+
+    def __init__(self, channel: transport.Channel) -> None:
+        from backstep.engine.recorder import JsonlRecorder
+
+        self.channel = channel
+        self._batches = JsonlRecorder(_ChannelLines(channel))  # type: ignore[arg-type]
+
     def emit(self, event: dict[str, Any]) -> None:
         self.channel.send(event)
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        self._batches.emit_many(events)
 
     def flush(self) -> None:
         pass
