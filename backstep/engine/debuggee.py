@@ -76,16 +76,19 @@ def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]],
     return None
 
 
-def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None) -> None:
+def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None,
+                   aborted: threading.Event | None = None) -> None:
     """Feed the UI's commands to the controller (which answers a bad one with an error, never
     raising); however this ends, the controller closes, so no pause outlives its UI. If the UI
     goes away without quitting (it was killed), the script's output moves off its pipes before
-    any pause is released."""
+    any pause is released. ``aborted`` is set when the UI quits mid-run (``q``: ``abort``)."""
     quitting = False
     try:
         for message in channel.incoming():
             if isinstance(message, dict) and message.get("cmd") in ("abort", "detach"):
                 quitting = True
+                if message.get("cmd") == "abort" and aborted is not None:
+                    aborted.set()
             controller.feed(message)
     finally:
         if not quitting and outlive is not None:
@@ -141,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         channel.close()
         return missing
-    reader = threading.Thread(target=_read_commands, args=(channel, controller, outlive),
+    aborted = threading.Event()
+    reader = threading.Thread(target=_read_commands,
+                              args=(channel, controller, outlive, aborted),
                               name="backstep-commands", daemon=True)
     reader.start()
 
@@ -156,7 +161,26 @@ def main(argv: list[str] | None = None) -> int:
     if outlive is not None:
         outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up
+    if aborted.is_set():
+        _end_now(code)
     return code
+
+
+def _end_now(code: int) -> None:
+    """The person quit the UI mid-run, aborting the script: its ``atexit`` handlers run and its
+    output is flushed, then the process ends without the interpreter's teardown, which with a
+    big model's graph and torch loaded took seconds the quitting UI waited on (and cut short
+    with SIGTERM after its one-second grace anyway)."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to flush
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
