@@ -161,26 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     if outlive is not None:
         outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up
-    if aborted.is_set():
-        _end_now(code)
+    if aborted.is_set():  # q aborted the script: end without the teardown the UI waits on
+        from backstep.process.quick_exit import end_process
+
+        end_process(code)
     return code
-
-
-def _end_now(code: int) -> None:
-    """The person quit the UI mid-run, aborting the script: its ``atexit`` handlers run and its
-    output is flushed, then the process ends without the interpreter's teardown, which with a
-    big model's graph and torch loaded took seconds the quitting UI waited on (and cut short
-    with SIGTERM after its one-second grace anyway)."""
-    import atexit
-    import os
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to flush
-            pass
-    os._exit(code)
 
 
 if __name__ == "__main__":
