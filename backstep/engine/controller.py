@@ -119,6 +119,8 @@ class Controller:
         self.stop_at_pass_start = stop_at_pass_start
         self.interrupt = False
         self.detached = False
+        # the UI quit (q) while no pass was stopped: the running pass ends at its next hook
+        self.aborting = False
         # guards the line; events about it are emitted under it, and an emit may feed a command
         # back on the same thread (tests answer stops that way), hence reentrant
         self._lock = threading.RLock()
@@ -171,6 +173,8 @@ class Controller:
             self.close()
         elif cmd == "start":
             self.emit(protocol.error_event("already started"))
+        elif cmd == "abort" and "stop" not in message and not self._line:
+            self.aborting = True  # q during a running pass: no draining it, no long grace
         else:
             self._to_stop(message)
 
@@ -222,6 +226,11 @@ class Controller:
             self.interrupt = False
             self._behind = []
             self.detached = False
+
+    def check_abort(self) -> None:
+        """Called by every hook first: raise BackstepAbort once the UI quit a running pass."""
+        if self.aborting:
+            raise BackstepAbort("backward pass aborted from the backstep debugger")
 
     # -- a pause, on the thread running the node ------------------------------------------
     def pause(self, stopped: dict[str, Any], on: Any) -> str:

@@ -23,14 +23,39 @@ from backstep.process import transport
 T = TypeVar("T")
 
 
-class ChannelSink:
-    """Events to the UI; a lost UI makes every later emit a no-op."""
+class _ChannelLines:
+    """The file-like end of the channel a ``JsonlRecorder`` writes batches into."""
 
     def __init__(self, channel: transport.Channel) -> None:
         self.channel = channel
 
+    def write(self, data: bytes) -> None:
+        if data and not self.channel.send_lines(data):
+            raise BrokenPipeError("the UI is gone")
+
+    def flush(self) -> None:
+        pass
+
+
+class ChannelSink:
+    """Events to the UI; a lost UI makes every later emit a no-op.
+
+    A recorded pass hands its node events over a few hundred at a time (``emit_many``): they
+    are encoded as ``backstep trace`` writes them (each gradient summary's text once) and sent
+    in one write, not one ``json.dumps`` and one ``sendall`` per node.
+    """
+
+    def __init__(self, channel: transport.Channel) -> None:
+        from backstep.engine.recorder import JsonlRecorder
+
+        self.channel = channel
+        self._batches = JsonlRecorder(_ChannelLines(channel))  # type: ignore[arg-type]
+
     def emit(self, event: dict[str, Any]) -> None:
         self.channel.send(event)
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        self._batches.emit_many(events)
 
     def flush(self) -> None:
         pass
@@ -51,16 +76,19 @@ def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]],
     return None
 
 
-def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None) -> None:
+def _read_commands(channel: transport.Channel, controller: Any, outlive: Any = None,
+                   aborted: threading.Event | None = None) -> None:
     """Feed the UI's commands to the controller (which answers a bad one with an error, never
     raising); however this ends, the controller closes, so no pause outlives its UI. If the UI
     goes away without quitting (it was killed), the script's output moves off its pipes before
-    any pause is released."""
+    any pause is released. ``aborted`` is set when the UI quits mid-run (``q``: ``abort``)."""
     quitting = False
     try:
         for message in channel.incoming():
             if isinstance(message, dict) and message.get("cmd") in ("abort", "detach"):
                 quitting = True
+                if message.get("cmd") == "abort" and aborted is not None:
+                    aborted.set()
             controller.feed(message)
     finally:
         if not quitting and outlive is not None:
@@ -116,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         channel.close()
         return missing
-    reader = threading.Thread(target=_read_commands, args=(channel, controller, outlive),
+    aborted = threading.Event()
+    reader = threading.Thread(target=_read_commands,
+                              args=(channel, controller, outlive, aborted),
                               name="backstep-commands", daemon=True)
     reader.start()
 
@@ -131,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if outlive is not None:
         outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up
+    if aborted.is_set():  # q aborted the script: end without the teardown the UI waits on
+        from backstep.process.quick_exit import end_process
+
+        end_process(code)
     return code
 
 

@@ -32,7 +32,11 @@ class Channel:
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send one message; False (never an exception) once the peer is gone."""
-        data = protocol.encode(message)
+        return self.send_lines(protocol.encode(message))
+
+    def send_lines(self, data: bytes) -> bool:
+        """Send whole, already encoded lines (a batch of events in one write); False once the
+        peer is gone."""
         with self._send_lock:
             if self.closed:
                 return False

@@ -374,6 +374,8 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
     def action_resume(self, command: str) -> None:
         if not self._paused():
             return
+        # before the send: the next stop may be read before send returns
+        self.reader.resumed()  # progress is drawn seldom until the next stop
         if self.send(self._addressed({"cmd": command})):
             self.review = None
             self.waiting = True

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -41,6 +40,7 @@ from backstep.tui.snapshot import (
     number,
     summary_of,
 )
+from backstep.tui.snapshot import evolve as replace
 
 # ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
 # node records and accumulations in all, the oldest pass dropped first

@@ -14,9 +14,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from backstep.tui.pass_log import PassLog
+
+T = TypeVar("T")
 
 NodeState = Literal["done", "current", "pending", "skipped", "error"]
 SEVERITIES = ("error", "warning", "info")
@@ -45,18 +47,36 @@ def _mapping(value: Any) -> Summary | None:
     return MappingProxyType(dict(value)) if isinstance(value, dict) else None
 
 
-def _shared(value: Any) -> Any:
-    return sys.intern(value) if type(value) is str and len(value) <= 40 else value
-
-
 def summary_of(value: Any) -> Summary | None:
     """A tensor summary as the UI keeps it: read-only, its keys and short strings (dtype,
-    device, "nan") shared with every other summary's; one already made is kept as it is."""
+    device, "nan") shared with every other summary's; one already made is kept as it is.
+    (One loop, no call per item: three summaries a node, thousands of nodes a pass.)"""
     if isinstance(value, MappingProxyType):
         return value
     if not isinstance(value, dict):
         return None
-    return MappingProxyType({_shared(k): _shared(v) for k, v in value.items()})
+    intern = sys.intern
+    kept = {}
+    for k, v in value.items():
+        if type(v) is str and len(v) <= 40:
+            v = intern(v)
+        kept[intern(k) if type(k) is str and len(k) <= 40 else k] = v
+    return MappingProxyType(kept)
+
+
+def evolve(obj: T, /, **changes: Any) -> T:
+    """``dataclasses.replace`` for the frozen snapshot classes, without running ``__init__``
+    again (no class here has ``__post_init__`` or slots): the model makes four per node event,
+    and ``replace`` cost more than everything else it does for one."""
+    fields = obj.__dataclass_fields__  # type: ignore[attr-defined]
+    for name in changes:
+        if name not in fields:
+            raise TypeError(f"{type(obj).__name__} has no field {name!r}")
+    new = object.__new__(type(obj))
+    state = new.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return new
 
 
 def _summaries(value: Any) -> tuple[Summary | None, ...]:

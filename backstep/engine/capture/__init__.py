@@ -128,6 +128,8 @@ class Capture(Hooks, Output, TensorValues):
             self.passes += 1
             number = self.passes
         controller = self.controller
+        if controller is not None:
+            controller.check_abort()  # the UI quit: no new pass starts either
         if self._released_queue:
             self.drain()
         live = controller is not None and controller.live()

@@ -99,7 +99,10 @@ class Hooks:
             p.ran[previous] = p.completed
         p.current = i
         controller = self.controller
-        if controller is None or controller.detached or p.finishing:
+        if controller is None:
+            return
+        controller.check_abort()
+        if controller.detached or p.finishing:
             return
         graph = p.graph
         reason = detail = None
@@ -153,7 +156,10 @@ class Hooks:
                     self._flush(p)
                 elif batch.nbytes >= BATCH_BYTES:
                     batch.settle()  # reduce what is held and let it go; written at the flush
-            if controller is None or controller.detached or p.finishing:
+            if controller is None:
+                return
+            controller.check_abort()
+            if controller.detached or p.finishing:
                 return
             if controller.interrupt and not p.has_pre:
                 self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs, after=True)

@@ -1,0 +1,153 @@
+"""Big passes cost what recording them costs (issue 30): counted, never timed.
+
+While the person has resumed (``f``, ``c``), the UI draws the running pass seldom; the debuggee
+sends a recorded pass's node events a batch at a time; ``q`` ends processes without waiting on
+the interpreter's teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from backstep import protocol
+from backstep.engine.debuggee import ChannelSink
+from backstep.engine.recorder import emit_all
+from backstep.process.channel import Channel
+from backstep.tui import reader as reader_module
+from backstep.tui.messages import SnapshotReady
+from backstep.tui.reader import Reader
+from tests.tui_fixtures import summary, transformer_pass
+
+NODES = 6_000
+
+
+class Clock:
+    """A monotonic clock that moves 1 ms a read: a node every few ms, as a real pass runs."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def node_events(begin: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    grads = [summary([0.5, -1.0, 2.0], [3])]
+    return [{"event": "node", "pass": 1, "step": step, "id": node["id"], "name": node["name"],
+             "grad_outputs": grads, "grad_inputs": [grads[0] for _ in node["next"]],
+             "saved": [], "error": None}
+            for step, node in enumerate(begin["nodes"][:count], start=1)]
+
+
+def test_a_resumed_pass_is_drawn_a_few_times_not_every_50_ms(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(reader_module.time, "monotonic", clock)
+    posted: list[Any] = []
+    reader = Reader(posted.append)
+    begin = transformer_pass(NODES)
+    nodes = node_events(begin, NODES)
+    reader.feed({"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1})
+    reader.feed(begin)
+    reader.feed({"event": "stopped", "pass": 1, "step": 1, "id": nodes[0]["id"],
+                 "name": nodes[0]["name"], "reason": "pass_start", "detail": None,
+                 "grad_outputs": nodes[0]["grad_outputs"], "saved": []})
+    before = len(posted)
+    reader.resumed()  # f: the pass runs through its nodes, nobody looking at each
+    for k, event in enumerate(nodes):
+        reader.feed(event)
+        if k % 50 == 0:
+            reader.flush()  # the app's timer, every 0.1 s
+    reader.feed({"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []})
+    drawn = [m for m in posted[before:] if isinstance(m, SnapshotReady)]
+    # about 12 s of the fake clock: a snapshot a second, then pass_end's at once
+    assert len(drawn) <= 20, len(drawn)
+    assert drawn[-1].snapshot.pass_ is not None and drawn[-1].snapshot.pass_.done == len(nodes)
+
+
+def test_at_a_stop_the_next_events_are_drawn_at_once(monkeypatch) -> None:
+    monkeypatch.setattr(reader_module.time, "monotonic", Clock())
+    posted: list[Any] = []
+    reader = Reader(posted.append)
+    begin = transformer_pass(50)
+    node = node_events(begin, 1)[0]
+    reader.feed({"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1})
+    reader.feed(begin)
+    reader.resumed()
+    reader.feed({"event": "stopped", "pass": 1, "step": 1, "id": node["id"], "name": node["name"],
+                 "reason": "pass_start", "detail": None, "grad_outputs": [], "saved": []})
+    shown = len(posted)
+    reader.feed({"event": "waiting", "stops": []})  # read after the stop: drawn on the next tick
+    reader.flush()
+    assert len(posted) == shown + 1
+
+
+class Writes:
+    """A channel that counts its writes and keeps what they carried."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def send(self, message: dict[str, Any]) -> bool:
+        return self.send_lines(protocol.encode(message))
+
+    def send_lines(self, data: bytes) -> bool:
+        self.writes.append(data)
+        return True
+
+
+def test_a_batch_of_node_events_is_one_write_the_ui_reads_back_as_sent() -> None:
+    begin = transformer_pass(300)
+    events = node_events(begin, 256)
+    channel = Writes()
+    sink = ChannelSink(channel)  # type: ignore[arg-type]
+    emit_all(sink, events)
+    assert len(channel.writes) == 1
+    lines = channel.writes[0].splitlines()
+    assert [json.loads(line) for line in lines] == events
+
+
+def test_the_batch_arrives_over_a_socket_as_separate_messages() -> None:
+    a, b = socket.socketpair()
+    begin = transformer_pass(20)
+    events = node_events(begin, 10)
+    emit_all(ChannelSink(Channel(a)), events)
+    a.close()
+    got = list(Channel(b).incoming())
+    assert got == events
+
+
+def test_a_lost_ui_makes_batches_no_ops() -> None:
+    a, b = socket.socketpair()
+    b.close()
+    channel = Channel(a)
+    sink = ChannelSink(channel)
+    events = node_events(transformer_pass(20), 10)
+    for _ in range(50):  # never raises, however many batches follow
+        emit_all(sink, events)
+    assert channel.closed
+
+
+def test_end_process_runs_atexit_and_skips_the_teardown(tmp_path) -> None:
+    script = textwrap.dedent("""
+        import atexit, sys
+        from backstep.process.quick_exit import end_process
+
+        class Big:
+            def __del__(self):
+                print("teardown", flush=True)
+
+        keep = Big()
+        atexit.register(lambda: print("atexit ran"))
+        print("unflushed", end="")
+        end_process(3)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 3
+    assert result.stdout == "unflushedatexit ran\n"
