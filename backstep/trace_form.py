@@ -61,24 +61,23 @@ def compact_saved(saved: Any) -> Any:
     return [_drop(entry, SAVED_DEFAULTS) for entry in saved]
 
 
+# per event kind: the fields that hold summaries or saved lists, and how each is compacted
+_NESTED: dict[str, dict[str, Any]] = {
+    "node": {"grad_outputs": compact_summaries, "grad_inputs": compact_summaries,
+             "saved": compact_saved},
+    "accumulate": {"before": compact_summary, "after": compact_summary},
+}
+
+
 def compact_event(event: dict[str, Any]) -> dict[str, Any]:
     """Any event as a file writes it (a new dict where something is left out)."""
     kind = event.get("event")
-    if kind == "node":
-        out = _drop(event, EVENT_DEFAULTS["node"])
-        out = dict(out) if out is event else out
-        for slot in ("grad_outputs", "grad_inputs"):
-            if slot in out:
-                out[slot] = compact_summaries(out[slot])
-        if "saved" in out:
-            out["saved"] = compact_saved(out["saved"])
-        return out
-    if kind == "accumulate":
-        out = _drop(event, EVENT_DEFAULTS["accumulate"])
-        out = dict(out) if out is event else out
-        for slot in ("before", "after"):
-            if slot in out:
-                out[slot] = compact_summary(out[slot])
+    nested = _NESTED.get(kind)  # type: ignore[arg-type]
+    if nested is not None:
+        out = dict(_drop(event, EVENT_DEFAULTS[kind]))  # type: ignore[index]
+        for key, compact in nested.items():
+            if key in out:
+                out[key] = compact(out[key])
         return out
     if kind == "pass_begin" and isinstance(event.get("nodes"), list):
         out = {k: v for k, v in event.items() if k != "nodes"}
