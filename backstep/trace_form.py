@@ -2,7 +2,7 @@
 
 A node event of a 6,000-node pass is written thousands of times a pass, and most of its keys
 say the usual thing: a summary's ``"device":"cpu"`` and ``"nonfinite":0``, a node's
-``"error":null``, a saved tensor's ``"version":null``, a graph node's ``"leaf":null``; and a
+``"error":null``, a saved tensor's ``"status":"alive"`` and ``"version":null``, a graph node's ``"leaf":null``; and a
 pass's nodes share a few forward lines (``source``), each long. A trace file leaves the defaults
 out and writes each distinct source once, in the pass_begin's ``sources``, a node's ``source``
 then being its index there (``compact_*``, used by the recorder and by the texts it is handed) and
@@ -19,7 +19,7 @@ from typing import Any
 # key -> the value a file leaves out; ``expand`` writes it back where the key is missing
 # a file's pass_begin: "sources" (distinct source dicts), then "nodes" with "source": index
 SUMMARY_DEFAULTS: dict[str, Any] = {"device": "cpu", "nonfinite": 0}
-SAVED_DEFAULTS: dict[str, Any] = {"version": None}
+SAVED_DEFAULTS: dict[str, Any] = {"status": "alive", "version": None}  # of a saved tensor
 GRAPH_NODE_DEFAULTS: dict[str, Any] = {"leaf": None, "source": None, "module": None}
 EVENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {"error": None},
@@ -129,8 +129,8 @@ def expand(event: dict[str, Any]) -> dict[str, Any]:
         saved = event.get("saved")
         if isinstance(saved, list):
             for entry in saved:
-                if isinstance(entry, dict) and "status" in entry and "shape" in entry:
-                    _fill(entry, SAVED_DEFAULTS)  # tensors carry a version; scalars do not
+                if isinstance(entry, dict) and "shape" in entry:
+                    _fill(entry, SAVED_DEFAULTS)  # a tensor's entry (a scalar's has no shape)
     elif kind == "accumulate":
         _fill(event, EVENT_DEFAULTS["accumulate"])
         _fill(event.get("before"), SUMMARY_DEFAULTS)
