@@ -75,7 +75,7 @@ def _record(path: Path, scale: float = 1.0) -> list[dict[str, Any]]:
 
 def test_a_node_event_of_the_lstm_pass_stays_small(tmp_path: Path) -> None:
     """The float64 LSTM pass: at 17 digits, with every default key and every source written
-    out, a node event took 778 bytes and a graph node of its pass_begin 189; now 601 and 79."""
+    out, a node event took 778 bytes and a graph node of its pass_begin 189; now 585 and 79."""
     path = tmp_path / "lstm.jsonl"
     events = _record(path)
     lines = path.read_bytes().splitlines(keepends=True)
