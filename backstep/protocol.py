@@ -56,7 +56,7 @@ import math
 import reprlib
 from typing import Any
 
-VERSION = 1
+VERSION = 2  # 2: trace files leave out keys at their default value (backstep/trace_form.py)
 
 EVENTS = frozenset(
     {

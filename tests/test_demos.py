@@ -24,6 +24,7 @@ import pytest
 from backstep.commands import demo as demo_command
 from backstep.demo import catalog as demos
 from backstep.demo import narration
+from backstep.trace_form import expand
 
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = demos.all_demos(REPO / "demos")
@@ -115,7 +116,7 @@ def _trace(name: str, out: Path) -> Trace:
         timeout=120,
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )
-    events = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    events = [expand(json.loads(line)) for line in path.read_text().splitlines()] if path.exists() else []
     return Trace(events, proc.stdout, proc.stderr, proc.returncode)
 
 

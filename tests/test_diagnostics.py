@@ -29,6 +29,7 @@ from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.diagnostics.rules import MAX_FREED, EventRules
 from backstep.engine.provenance import Provenance
 from backstep.engine.recorder import ListRecorder
+from backstep.trace_form import expand
 
 PITFALLS = Path(__file__).parent / "pitfalls"
 SCRIPTS = sorted(PITFALLS.glob("*.py"))
@@ -241,7 +242,7 @@ def test_backstep_trace_cli_records_diagnoses(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     import json
 
-    events = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in out.read_text().splitlines()]
     diags = [e for e in events if e["event"] == "diagnosis"]
     assert [(d["kind"], d["source"]["line"]) for d in diags] == [("nonfinite", 6)]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
 from tests.test_run_e2e import Pty, alive
 from tests.test_trace_cli import ENV, compare, kinds
 
@@ -113,12 +114,12 @@ def test_trace_children_records_each_fork_to_its_own_file(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-m", "backstep", "trace", "--children", "-o", str(out),
                     "forks.py", "fork"], cwd=tmp_path, env=ENV, check=True, timeout=120,
                    capture_output=True)
-    main = [json.loads(line) for line in out.read_text().splitlines()]
+    main = [expand(json.loads(line)) for line in out.read_text().splitlines()]
     assert kinds(main).count("exit") == 1
     children = list(tmp_path.glob("run.*.jsonl"))
     assert len(children) == 1
     pid = int(children[0].name.split(".")[1])
-    events = [json.loads(line) for line in children[0].read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in children[0].read_text().splitlines()]
     assert events[0]["event"] == "session" and events[0]["pid"] == pid
     assert events[0]["parent"] == main[0]["pid"]
     assert kinds(events) == ["session", "pass_begin", *["node"] * 4, "accumulate", "pass_end",
@@ -135,7 +136,7 @@ def test_trace_children_with_dataloader_workers(tmp_path: Path) -> None:
     children = sorted(tmp_path.glob("run.*.jsonl"))
     assert len(children) == 4  # two workers per epoch
     for child in children:
-        events = [json.loads(line) for line in child.read_text().splitlines()]
+        events = [expand(json.loads(line)) for line in child.read_text().splitlines()]
         assert kinds(events) == ["session", "exit"]
 
 
@@ -156,7 +157,7 @@ def test_attach_trace_with_children(tmp_path: Path, body: str, arg: str, passes:
                             text=True, timeout=120)
     assert traced.returncode == plain.returncode == 0
     assert traced.stdout == plain.stdout and traced.stderr == plain.stderr
-    events = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in out.read_text().splitlines()]
     assert kinds(events).count("pass_begin") == passes
     assert kinds(events).count("session") == 1
 

@@ -15,6 +15,7 @@ import pytest
 
 from backstep.cli import main
 from backstep.process.launcher import debuggee_command
+from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
 from backstep.tui.live import LiveLink
@@ -74,7 +75,7 @@ def test_export_writes_only_quoted_labels_and_integer_ids(traces, capsysbinary) 
 @pytest.mark.parametrize("field", ["id", "next"])
 def test_export_refuses_an_id_that_is_not_an_integer(tmp_path, capsysbinary, field) -> None:
     trace = write_hostile_trace(tmp_path / "t.jsonl")
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in trace.read_text().splitlines()]
     begin = next(e for e in events if e["event"] == "pass_begin")
     injected = '1 [URL="javascript:alert(1)"]; n9'
     if field == "id":

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from backstep.trace_form import expand
 from tests.test_run_e2e import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
 from tests.test_trace_cli import ENV
 
@@ -63,7 +64,7 @@ def test_trace_m_runs_the_module_as_python_m_does(tmp_path: Path) -> None:
     assert f"argv ['{tmp_path / 'pkg' / 'train.py'}', '--lr', '3', '-m', '7']" in plain.stdout
     assert f"path0 {tmp_path}\n" in plain.stdout
     assert "main __main__ pkg.train pkg" in plain.stdout and "pickle __main__" in plain.stdout
-    events = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert events[0]["event"] == "session"
     assert events[0]["argv"] == ["-m", "pkg.train", "--lr", "3", "-m", "7"]
     assert [e["event"] for e in events].count("pass_end") == 1

@@ -17,6 +17,7 @@ import pytest
 from backstep.commands.other_ranks import interpreter_options
 from backstep.engine.process_group import GroupNotice
 from backstep.process import ranks
+from backstep.trace_form import expand
 from backstep.tui.model import SessionModel
 from backstep.tui.status import status_text
 
@@ -150,7 +151,7 @@ def test_run_trace_others_records_the_other_rank(tmp_path: Path) -> None:
     assert other.returncode == 3 and "argv ['s.py']" in other.stdout
     # rank 0 says once where the files go
     assert other.stderr.count("o.rank0.jsonl") == 1
-    events = [json.loads(line) for line in (tmp_path / "o.rank0.jsonl").read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in (tmp_path / "o.rank0.jsonl").read_text().splitlines()]
     assert events[0]["event"] == "session" and events[0]["rank"] == 0
     assert events[0]["world_size"] == 2 and events[-1]["code"] == 3
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
 from tests.test_run_e2e import Pty, alive, children_of
 
 pytestmark = [
@@ -120,7 +121,7 @@ def test_trace_writes_one_valid_file_per_rank(tmp_path: Path, plain: list[str]) 
     assert result.stderr.count("one file each: t.rank0.jsonl … t.rank1.jsonl") == 1
     assert sorted(p.name for p in cwd.glob("*.jsonl")) == ["t.rank0.jsonl", "t.rank1.jsonl"]
     for rank in (0, 1):
-        events = [json.loads(line)
+        events = [expand(json.loads(line))
                   for line in (cwd / f"t.rank{rank}.jsonl").read_text().splitlines()]
         kinds = [e["event"] for e in events]
         session = events[0]
@@ -172,7 +173,7 @@ def test_run_rank_0_steps_while_rank_1_runs_on(tmp_path: Path, plain: list[str])
         assert ui.wait(60) == 0
         time.sleep(0.3)
         assert [pid for pid in processes if alive(pid)] == [], "orphans left behind"
-        events = [json.loads(line) for line in (cwd / "o.rank1.jsonl").read_text().splitlines()]
+        events = [expand(json.loads(line)) for line in (cwd / "o.rank1.jsonl").read_text().splitlines()]
         assert events[0]["rank"] == 1 and [e["event"] for e in events].count("pass_end") == 2
         assert not (cwd / "o.rank0.jsonl").exists()
     finally:

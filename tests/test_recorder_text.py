@@ -22,6 +22,7 @@ from backstep.engine.rounding import _stat
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import SummaryBatch
 from backstep.protocol import encode
+from backstep.trace_form import compact_event, compact_saved, compact_summary, expand
 from tests.scenarios import SCENARIOS
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -52,7 +53,7 @@ def test_summary_texts_are_their_json() -> None:
         text = getattr(summary, "text", None)
         if text is not None:
             with_text += 1
-            assert text == _dumps(summary)
+            assert text == _dumps(compact_summary(summary))  # as a trace file writes it
             assert summary["nonfinite"] == 0
             if t.dtype == torch.float32:
                 assert summary["mean"] == _stat(float(t.sum()) / t.numel(), t.dtype)
@@ -84,7 +85,7 @@ def _check_saved(root: Any) -> int:
         assert entries == saved_status(node)
         if text is not None:
             texts += 1
-            assert text == _dumps(entries)
+            assert text == _dumps(compact_saved(entries))
     return texts
 
 
@@ -159,7 +160,8 @@ def test_trace_lines_are_the_encoded_events() -> None:
     assert len(lines) == len(events)
     carried = 0
     for line, event in zip(lines, events, strict=True):
-        assert line == encode(event)
+        assert line == encode(compact_event(event))  # the file form (trace_form)
+        assert expand(json.loads(line)) == json.loads(encode(event))  # read back whole
         carried += type(event) is Encoded and event.text is not None
     assert carried > 100
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
 from tests.test_run_e2e import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
 
 TWO_THREADS = textwrap.dedent(
@@ -105,7 +106,7 @@ def test_trace_of_two_threads_keeps_each_pass_apart(script: Path) -> None:
                              script.name], capture_output=True, text=True, timeout=120,
                             cwd=script.parent)
     assert result.returncode == 0 and result.stdout == plain_output(script)
-    events = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in out.read_text().splitlines()]
     begins = [k for k, e in enumerate(events) if e["event"] == "pass_begin"]
     assert len(begins) == 2
     threads = set()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
+
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
 
 WARNINGS = """\
@@ -202,7 +204,7 @@ def test_warnings_at_every_stacklevel_name_pythons_lines(tmp_path: Path, how: st
     if how != "trace":
         return
     # what the replay console shows is what the trace recorded: the same text
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in trace.read_text().splitlines()]
     recorded = "".join(e["text"] for e in events
                        if e["event"] == "output" and e["stream"] == "stderr")
     assert recorded == err

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from backstep.trace_form import expand
+
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning"}
 
 
@@ -33,7 +35,7 @@ def compare(tmp_path: Path, target: str, *args: str,
     assert t_out == p_out
     assert _same_words(t_err) == _same_words(p_err)
     assert traced.returncode == plain.returncode
-    events = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in out.read_text().splitlines()]
     assert events[0]["event"] == "session", "every trace starts with its session"
     result = subprocess.CompletedProcess(traced.args, traced.returncode, t_out, t_err)
     return result, events

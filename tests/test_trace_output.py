@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
 from backstep.traces.output import Tee, _Budget, recording
 from backstep.tui.console import ConsolePanel
@@ -59,7 +60,7 @@ def test_output_bytes_are_unchanged_under_trace(traced) -> None:
 
 def test_output_is_recorded_in_order_with_the_passes(traced) -> None:
     path, plain, _ = traced
-    events = [json.loads(line) for line in path.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in path.read_text().splitlines()]
     order = [(e["event"], e.get("pass"), e.get("text")) for e in events
              if e["event"] in ("pass_begin", "output", "exit")]
     assert order[:4] == [("output", None, "héllo before any pass\n"), ("pass_begin", 1, None),

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from backstep.trace_form import expand
 from backstep.traces.index import MalformedEvent, TraceIndex
 from backstep.traces.schema import check
 from backstep.tui.messages import ServerError, SnapshotReady
@@ -86,7 +87,7 @@ sys.exit("bye")
 
 def test_every_event_a_real_run_records_fits(tmp_path: Path) -> None:
     trace = record(tmp_path, "edges", EDGES)
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = [expand(json.loads(line)) for line in trace.read_text().splitlines()]
     assert {"session", "pass_begin", "node", "accumulate", "pass_end", "diagnosis", "output",
             "exit"} <= {e["event"] for e in events}
     assert [(e["event"], check(e)) for e in events if check(e) is not None] == []

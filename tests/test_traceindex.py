@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from backstep.trace_form import expand
 from backstep.traces.index import TraceError, TraceIndex
 from tests.replay_traces import EVERYTHING, record
 
@@ -21,7 +22,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [expand(json.loads(line)) for line in path.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("kind", ["full", "nosource"])

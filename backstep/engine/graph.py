@@ -109,11 +109,14 @@ class Graph:
         }
 
     def describe_all(self, leaf_names: dict[int, str]) -> tuple[list[dict[str, Any]], str]:
-        """Every node as ``describe`` gives it, and the JSON text of that list."""
+        """Every node as ``describe`` gives it, and the text of its ``"sources"`` and
+        ``"nodes"`` as a trace file writes them (``trace_form.compact_event``): each distinct
+        source once, nodes naming theirs by index, null leaf, source and module left out."""
         ids, names, edges = self.ids, self.names, self.edges
         dicts: list[dict[str, Any]] = []
         texts: list[str] = []
         sources: dict[int, tuple[Any, str]] = {}  # a call's nodes share its source dict
+        where: dict[str, int] = {}  # a source's text -> its index in the table
         for i, node in enumerate(self.nodes):
             metadata = node.metadata
             source, module = metadata.get(SOURCE_KEY), metadata.get(MODULE_KEY)
@@ -122,19 +125,23 @@ class Graph:
             after = [None if j is None else ids[j] for j in edges[i]]
             dicts.append({"id": ids[i], "name": name, "next": after, "leaf": leaf,
                           "source": source, "module": module})
-            if source is None:
-                source_text = "null"
-            else:
+            text = (f'{{"id":{ids[i]},"name":{str_text(name)},'
+                    f'"next":[{",".join(["null" if j is None else str(j) for j in after])}]')
+            if leaf is not None:
+                text += f',"leaf":{str_text(leaf)}'
+            if source is not None:
                 hit = sources.get(id(source))
                 if hit is None or hit[0] is not source:
-                    hit = sources[id(source)] = (source, compact_json(source))
-                source_text = hit[1]
-            texts.append(
-                f'{{"id":{ids[i]},"name":{str_text(name)},'
-                f'"next":[{",".join(["null" if j is None else str(j) for j in after])}],'
-                f'"leaf":{str_text(leaf)},"source":{source_text},'
-                f'"module":{str_text(module)}}}')
-        return dicts, "[" + ",".join(texts) + "]"
+                    source_text = compact_json(source)
+                    if source_text not in where:
+                        where[source_text] = len(where)
+                    hit = sources[id(source)] = (source, str(where[source_text]))
+                text += f',"source":{hit[1]}'
+            if module is not None:
+                text += f',"module":{str_text(module)}'
+            texts.append(text + "}")
+        table = ('"sources":[' + ",".join(where) + "],") if where else ""
+        return dicts, table + '"nodes":[' + ",".join(texts) + "]"
 
     def execution_order(self) -> list[int]:
         """The order the engine runs these nodes in: a node is ready once every in-graph

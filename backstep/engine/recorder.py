@@ -10,6 +10,7 @@ from typing import IO, Any, Protocol
 
 from backstep.engine.encoded import Encoded
 from backstep.protocol import encode
+from backstep.trace_form import compact_event, compact_saved, compact_summary
 
 _NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
               "error")
@@ -34,7 +35,8 @@ def emit_all(sink: Sink, events: list[dict[str, Any]]) -> None:
 
 
 class JsonlRecorder:
-    """Appends events to a binary file, one strict-JSON line each; thread-safe.
+    """Appends events to a binary file, one strict-JSON line each; thread-safe. Events are
+    written in their file form (``trace_form``: keys at their default value left out).
 
     Most of a trace is gradient summaries, and most summaries appear twice: as one node's
     ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
@@ -70,7 +72,7 @@ class JsonlRecorder:
             if hit is None or hit[0] is not summary:
                 if len(texts) >= self.CACHE:
                     texts.clear()
-                hit = texts[id(summary)] = (summary, _dumps(summary))
+                hit = texts[id(summary)] = (summary, _dumps(compact_summary(summary)))
             parts.append(hit[1])
         return "[" + ",".join(parts) + "]"
 
@@ -78,17 +80,17 @@ class JsonlRecorder:
         if tuple(event) != _NODE_KEYS:
             if event.get("event") == "pass_end":
                 self._texts.clear()
-            return encode(event)
+            return encode(compact_event(event))
         number, step, node_id, name, error = (event["pass"], event["step"], event["id"],
                                               event["name"], event["error"])
         if not (type(number) is int and type(step) is int and type(node_id) is int
                 and type(name) is str and name.isidentifier() and error is None):
-            return encode(event)
+            return encode(compact_event(event))
         return (
             f'{{"event":"node","pass":{number},"step":{step},"id":{node_id},"name":"{name}",'
             f'"grad_outputs":{self._summaries(event["grad_outputs"])},'
             f'"grad_inputs":{self._summaries(event["grad_inputs"])},'
-            f'"saved":{_dumps(event["saved"])},"error":null}}\n'
+            f'"saved":{_dumps(compact_saved(event["saved"]))}}}\n'
         ).encode()
 
     def emit(self, event: dict[str, Any]) -> None:

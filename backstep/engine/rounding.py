@@ -1,5 +1,9 @@
 """How summary numbers are rounded: to the digits their dtype carries, so a float32 statistic
-reads as the short decimal a person would write (and the trace stays small)."""
+reads as the short decimal a person would write (and the trace stays small).
+
+A float64 statistic keeps 10 significant digits (values keep all 17): ``diff`` compares float64
+with rtol 1e-7, a hundred times coarser than the 5e-10 that rounding can move a number, and the
+UI shows at most 8. Seventeen digits made a float64 trace's summaries half again as long."""
 
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ def _round(x: float, dtype: torch.dtype) -> float | str:
     return x
 
 
-_DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5}  # what _stat keeps
+F64_DIGITS = 10
+_DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5,
+           torch.float64: F64_DIGITS}  # what _stat keeps
 
 
 def _round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
@@ -60,6 +66,8 @@ def _stat(x: float, dtype: torch.dtype) -> float | str:
         return float(f"{x:.8g}")
     if dtype in (torch.float16, torch.bfloat16):
         return float(f"{x:.5g}")
+    if dtype in (torch.float64, torch.complex128):
+        return float(f"{x:.{F64_DIGITS}g}")
     return x
 
 

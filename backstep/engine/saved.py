@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from backstep.engine.summary import _dtype_name
+from backstep.trace_form import compact_saved
 
 VERSIONS_KEY = "backstep.saved_versions"
 _RAW = "_raw_saved_"
@@ -175,7 +176,7 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
             out = saved_status(node)
             if len(_RECORDS) >= _RECORDS_MAX:
                 _RECORDS.clear()
-            hit = _RECORDS[whole] = (out, _encode(out))
+            hit = _RECORDS[whole] = (out, _encode(compact_saved(out)))  # as files write it
         return hit
     except Exception:  # noqa: BLE001 - read it the careful way
         return saved_status(node), None

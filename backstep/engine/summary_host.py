@@ -22,7 +22,8 @@ from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _values
 
 _NORMS_AT_ONCE = 16
-_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g"}  # _stat
+_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
+                torch.float64: "%.10g"}  # as _stat rounds
 
 
 class HostGroup:
@@ -195,8 +196,10 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
     small_values = transfers.read(small) if small is not None else []
     dtype_name = _dtype_name(dtype)
     device_name = _device_name(device if device is not None else group[0].device)
-    # the JSON text of a finite summary, as json.dumps(d, separators=(",", ":")) writes it
-    head: str | None = f',"dtype":"{dtype_name}","device":"{device_name}",'
+    # the JSON text of a finite summary as a trace file writes it: json.dumps(d,
+    # separators=(",", ":")) of trace_form.compact_summary(d) (no "cpu" device, no nonfinite 0)
+    head: str | None = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
+                        else f',"dtype":"{dtype_name}","device":"{device_name}",')
     if not (json_safe(dtype_name) and json_safe(device_name)):
         head = None
     blocks = _blocks(dtype, stats, shown, numels, owner, head)
@@ -256,8 +259,9 @@ _SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
 
 def _tail(low: float, high: float, mean: float, norm: float) -> str:
     """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
-    (an f-string: ``str.format`` of the same text took 0.5 us more a summary)."""
-    return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r},"nonfinite":0'
+    (an f-string: ``str.format`` of the same text took 0.5 us more a summary); its
+    ``"nonfinite":0`` is left out, as trace files leave it (trace_form)."""
+    return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r}'
 
 
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],

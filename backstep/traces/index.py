@@ -26,6 +26,7 @@ from typing import Any
 
 from backstep import safe_text
 from backstep.protocol import VERSION
+from backstep.trace_form import expand
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
 from backstep.traces.long_output import LONG, capped, long_line
 from backstep.traces.schema import check
@@ -287,6 +288,7 @@ class TraceIndex:
             return None
         if not isinstance(event, dict) or "event" not in event:
             return None
+        expand(event)  # what the file left out at its default value (trace_form)
         error = check(event)
         if error is None:
             return event

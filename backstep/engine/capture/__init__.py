@@ -243,7 +243,7 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
-        nodes, nodes_text = graph.describe_all(p.leaf_names)
+        nodes, listing_text = graph.describe_all(p.leaf_names)
         event = Encoded({
             "event": "pass_begin",
             "pass": p.number,
@@ -254,7 +254,7 @@ class Capture(Hooks, Output, TensorValues):
             "thread": threading.current_thread().name,
         })
         try:  # the node list is written from its parts' texts; "nodes" comes last
-            event.text = f'{compact_json(event)[:-1]},"nodes":{nodes_text}}}\n'
+            event.text = f'{compact_json(event)[:-1]},{listing_text}}}\n'
         except (TypeError, ValueError):
             event.text = None  # the sink encodes it, and says what JSON cannot carry
         event["nodes"] = nodes

@@ -1,7 +1,7 @@
 """The JSON text of a recorded pass's node and accumulate events, built from the texts their
 parts already carry (``encoded``): the summaries written by the summary batch, the saved-tensor
-lists by ``saved_record``. The text is exactly what encoding the event dict would give; where a
-part has no text, the event has none and the sink encodes the dict.
+lists by ``saved_record``. The text is exactly what encoding the event in its file form (``trace_form.compact_event``)
+would give; where a part has no text, the event has none and the sink encodes the dict.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def node_text(number: int, step: int, node_id: int, name: str | None, go: str | 
         return None
     tail = "}\n" if thread is None else f',"thread":{_dumps(thread)}}}\n'
     return (f'{{"event":"node","pass":{number},"step":{step},"id":{node_id},"name":{name},'
-            f'"grad_outputs":{go},"grad_inputs":{gi},"saved":{saved},"error":null{tail}')
+            f'"grad_outputs":{go},"grad_inputs":{gi},"saved":{saved}{tail}')
 
 
 def summary_text(summary: Any) -> str | None:
@@ -43,5 +43,5 @@ def accumulate_text(number: int, leaf: str | None, node_id: int, before: Any, af
     if before_text is None or after_text is None or type(version) is not int:
         return None
     return (f'{{"event":"accumulate","pass":{number},"leaf":{str_text(leaf)},"id":{node_id},'
-            f'"before":{before_text},"after":{after_text},"retained":false,'
+            f'"before":{before_text},"after":{after_text},'
             f'"version":{version}}}\n')
