@@ -18,6 +18,7 @@ from backstep import protocol
 from backstep.engine.debuggee import ChannelSink
 from backstep.engine.recorder import emit_all
 from backstep.process.channel import Channel
+from backstep.trace_form import expand
 from backstep.tui import reader as reader_module
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.reader import Reader
@@ -109,7 +110,7 @@ def test_a_batch_of_node_events_is_one_write_the_ui_reads_back_as_sent() -> None
     emit_all(sink, events)
     assert len(channel.writes) == 1
     lines = channel.writes[0].splitlines()
-    assert [json.loads(line) for line in lines] == events
+    assert [expand(json.loads(line)) for line in lines] == events  # the file form, put back
 
 
 def test_the_batch_arrives_over_a_socket_as_separate_messages() -> None:
@@ -119,7 +120,25 @@ def test_the_batch_arrives_over_a_socket_as_separate_messages() -> None:
     emit_all(ChannelSink(Channel(a)), events)
     a.close()
     got = list(Channel(b).incoming())
-    assert got == events
+    assert [expand(event) for event in got] == events
+
+
+def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
+    """A batch is written as a trace file has it (defaults left out, ``trace_form``): the
+    reader gives the panels whole events, a saved tensor's status and a summary's device
+    included."""
+    a, b = socket.socketpair()
+    begin = transformer_pass(20)
+    events = node_events(begin, 3)
+    events[0]["saved"] = [{"name": "self", "status": "alive", "shape": [3], "dtype": "float32",
+                           "bytes": 12, "version": None}]
+    emit_all(ChannelSink(Channel(a)), [dict(event) for event in events])
+    a.close()
+    fed: list[dict[str, Any]] = []
+    reader = Reader(lambda message: None)
+    reader.feed = fed.append  # type: ignore[method-assign]
+    reader.run(Channel(b))
+    assert fed == events
 
 
 def test_a_lost_ui_makes_batches_no_ops() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from backstep import protocol
+from backstep.trace_form import expand
 from backstep.traces.schema import check
 from backstep.tui.messages import InputWanted, ServerError, SnapshotReady, TensorAnswer
 from backstep.tui.model import SessionModel
@@ -118,6 +119,8 @@ class Reader:
                 break
             if event is None:
                 break
+            if isinstance(event, dict):  # node events come in batches written as a file has
+                event = expand(event)  # them (``trace_form``): the defaults put back
             malformed = check(event)
             if malformed is not None:  # a peer's event the panels cannot read: said, skipped
                 self.post(ServerError(f"malformed event from the debuggee: {malformed}"))
