@@ -22,7 +22,7 @@ from backstep.tui.live import LiveLink
 from backstep.tui.replay_app import ReplayApp
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text
+from tests.test_tui import pilot, screen_text, settle
 
 # a quoted DOT string, a node statement and an edge statement: nothing else may appear
 QUOTED = r'"(?:[^"\\\n]|\\.)*"'
@@ -105,11 +105,11 @@ async def test_show_steps_through_every_view_and_shows_strings_as_they_read(trac
         app = ReplayApp(index, note=index.note())
         seen = []
         async with app.run_test(size=(200, 50)) as pilot:
-            await pilot.pause()
+            await settle(pilot)
             seen.append(screen_text(app))
             for key in KEYS:
                 await pilot.press(key)
-                await pilot.pause()
+                await settle(pilot)
                 seen.append(screen_text(app))
         assert app.return_code in (None, 0)
     assert app.control_guard.caught == 0  # every string was made printable before drawing
@@ -142,7 +142,7 @@ async def test_a_real_module_dict_keyed_with_markup_opens_in_the_module_view(tmp
         async with app.run_test(size=(160, 44)) as pilot:
             for key in ["n", "n", "n", "n", "m", "n", "n"]:
                 await pilot.press(key)
-                await pilot.pause()
+                await settle(pilot)
                 seen[key] = screen_text(app)
     assert app.control_guard.caught == 0 and not CONTROL.search("".join(seen.values()))
     assert "─ Modules · pass 1 ─" in seen["m"]

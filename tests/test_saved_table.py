@@ -18,7 +18,7 @@ from backstep.tui.format import cut_apart, cut_middle, nbytes, shape_text
 from backstep.tui.model import _saved
 from backstep.tui.saved import SavedPanel, saved_table
 from backstep.tui.snapshot import SavedInfo
-from tests.test_tui import pilot
+from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, upto_stop
 
 BIG = SavedInfo("self", "alive", (8, 1024, 768), "float32", 25165824, 0, 0)
@@ -149,7 +149,7 @@ async def test_the_panel_keeps_siblings_apart_and_shows_values(size: tuple[int, 
     events[-1]["saved"] = copy.deepcopy(MM_RAW)
     app = BackstepApp(RecordingLink(events))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(SavedPanel)
         out = str(panel.render()).split("\n")
         names = [line.split()[0] for line in out[1:len(MM_RAW) + 1]]

@@ -46,6 +46,20 @@ def pilot(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     return run
 
 
+async def settle(pilot: Any, tries: int = 25) -> None:
+    """Pause until the screen stops changing. A panel whose height follows its content (saved
+    tensors, the console) is drawn for the width it had, then again once its new width is
+    known: a couple of refreshes, more on a loaded machine, that one ``pause()`` may not see."""
+    await pilot.pause()
+    last = screen_text(pilot.app)
+    for _ in range(tries):
+        await pilot.pause(0.02)
+        now = screen_text(pilot.app)
+        if now == last:
+            return
+        last = now
+
+
 def screen_text(app: BackstepApp) -> str:
     """The whole screen as plain text."""
     strips = app.screen._compositor.render_strips()

@@ -13,7 +13,7 @@ import pytest
 from backstep.tui.app import BackstepApp
 from backstep.tui.format import summary_line, summary_lines
 from backstep.tui.gradients import GradientsPanel
-from tests.test_tui import pilot
+from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, summary, upto_stop
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
@@ -51,7 +51,7 @@ def shown(panel: GradientsPanel, option: str) -> str:
 async def test_one_gradient_shows_every_number_and_its_dtype(size: tuple[int, int]) -> None:
     app = BackstepApp(RecordingLink(events_with([bf16(GRAD, [4, 2])])))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(GradientsPanel)
         text = shown(panel, "grad_outputs:0")
         for part in ("[4, 2] bfloat16", "min -0.1336", "max 0.12", "mean 0.0083",
@@ -69,7 +69,7 @@ async def test_a_crowded_node_keeps_every_dtype_and_norm_without_scrolling(
     grads = [bf16([g * (i + 1) for g in GRAD], [4, 2]) for i in range(3)]
     app = BackstepApp(RecordingLink(events_with(grads)))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(GradientsPanel)
         for i in range(3):
             text = shown(panel, f"grad_outputs:{i}")

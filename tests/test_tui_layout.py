@@ -14,7 +14,7 @@ from backstep.tui.format import cut_left, cut_middle
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
 from backstep.tui.modules import ModulePanel
-from tests.test_tui import line_with, pilot, screen_text
+from tests.test_tui import line_with, pilot, screen_text, settle
 from tests.tui_fixtures import (
     LONG_LEAVES,
     RecordingLink,
@@ -55,7 +55,7 @@ def test_cut_middle_keeps_both_ends() -> None:
 async def test_detail_and_status_fit_without_scrolling(size: tuple[int, int]) -> None:
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         screen = app.screen.region
         for selector in ALWAYS:
             widget = app.query_one(selector)
@@ -82,11 +82,11 @@ async def test_detail_and_status_fit_without_scrolling(size: tuple[int, int]) ->
 async def test_layout_reflows_when_the_terminal_is_resized() -> None:
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.has_class("-wide") and app.screen.has_class("-tall")
         wide = app.query_one("#gradients").region
         await pilot.resize_terminal(80, 24)
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
         narrow = app.query_one("#gradients").region
         assert narrow.width < wide.width
@@ -94,7 +94,7 @@ async def test_layout_reflows_when_the_terminal_is_resized() -> None:
             assert app.screen.region.contains_region(app.query_one(selector).region), selector
         assert "value 16" in screen_text(app)
         await pilot.resize_terminal(120, 36)
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.has_class("-medium")
         assert app.query_one("#gradients").region.width > app.query_one("#source").region.width
         assert "value 16" in screen_text(app)
@@ -104,20 +104,20 @@ async def test_layout_reflows_when_the_terminal_is_resized() -> None:
 async def test_z_maximises_the_focused_panel_and_restores_it() -> None:
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         app.query_one(GradientsPanel).focus()
         await pilot.press("z")
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.maximized is app.query_one(GradientsPanel)
         assert app.query_one(GradientsPanel).region.width == 80
         assert not app.query_one("#graph").region.width  # hidden while maximised
         await pilot.press("z")
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.maximized is None
         assert app.query_one("#graph").region.width > 20
         app.query_one("#console-log").focus()
         await pilot.press("z")
-        await pilot.pause()
+        await settle(pilot)
         assert app.screen.maximized is app.query_one("#console")  # the panel, not just its log
 
 
@@ -125,7 +125,7 @@ async def test_z_maximises_the_focused_panel_and_restores_it() -> None:
 async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() -> None:
     app = make_app(stop=4)  # AccumulateGrad of model.transformer.h.0.ln_2.weight
     async with app.run_test(size=(110, 32)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         text = screen_text(app)
         assert "…h.0.ln_2.weight" in text or LONG_LEAVES["x"] in text
         assert "ln_2.weig…" not in text  # never cut at the informative end
@@ -136,7 +136,7 @@ async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() 
         # no room for the module path at 110 columns: left out rather than cut at the tail
         assert "model.tr" not in line_with(text, "MulBackward0 #3")
         await pilot.resize_terminal(160, 48)  # room for its tail: re-cut on resize
-        await pilot.pause()
+        await settle(pilot)
         graph = line_with(screen_text(app), "MulBackward0 #3")
         assert "mlp.c_proj :22" in graph and "…" in graph
 
@@ -164,7 +164,7 @@ def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
 async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[int, int]) -> None:
     app = BackstepApp(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         graph = app.query_one(GraphPanel)
         assert no_wider(graph)  # none cut at the right
         leaves = 0
@@ -189,9 +189,9 @@ async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[
 async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple[int, int]) -> None:
     app = make_app(stop=5)  # the pass nearly done: AddBackward0 #2 ran, with two outgoing
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         app.query_one(GraphPanel).reveal(2)
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(GradientsPanel)
         assert "AddBackward0 #2" in str(panel.border_title)
         assert panel.max_scroll_y == 0  # incoming and both outgoing summaries, no scrolling
@@ -202,7 +202,7 @@ async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple
         assert "AccGrad (…" in target and ".weight) #4" in target, target
     app = BackstepApp(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         # a [2, 2] gradient's summary wraps onto a second line: every number and the dtype
         # stay (it cut to ``[2, 2]  min -1  max 2  norm 2.305`` with rows to spare)
         panel = app.query_one(GradientsPanel)
@@ -220,7 +220,7 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
                            saved("mat1_sym_sizes_0_really_long", [4096, 50257])]
     app = BackstepApp(RecordingLink(events, stop=3))
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         text = screen_text(app)
         assert "status" in line_with(text, "name", "tensor", "bytes")
         row = line_with(text, "[4096, 50257]")
@@ -233,15 +233,15 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
 async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
     app = BackstepApp(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("m")
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(ModulePanel)
         panel.focus()
         await pilot.press("home")
         for _ in range(5):  # model › transformer › h.22 › mlp › c_fc, unfolded
             await pilot.press("right", "down")
-        await pilot.pause()
+        await settle(pilot)
         text = screen_text(app)
         assert "AccGrad weight" in text  # five levels deep: the leaf kept whole, the name short
         assert no_wider(panel)  # none cut at the right

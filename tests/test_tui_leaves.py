@@ -16,7 +16,7 @@ from backstep.tui.format import fit_number
 from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
 from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot, screen_text
+from tests.test_tui import pilot, screen_text, settle
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider
 from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary
 
@@ -54,7 +54,7 @@ def shown_names(app: BackstepApp) -> list[str]:
 async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int, int]) -> None:
     app = BackstepApp(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(LeavesPanel)
         assert no_wider(panel)  # none cut at the right
         names = shown_names(app)
@@ -73,20 +73,20 @@ async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int
 async def test_a_resize_re_cuts_the_rows_it_keeps() -> None:
     app = make_app(stop=5)  # one leaf accumulated, one pending
     async with app.run_test(size=(170, 48)) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(LeavesPanel)
         rows = panel._rows
         wide = shown_names(app)
         assert any(LONG_LEAVES["x"].endswith(n.lstrip("…")) for n in wide)
         await pilot.resize_terminal(110, 32)
-        await pilot.pause()
+        await settle(pilot)
         narrow = shown_names(app)
         assert panel._rows is rows  # the same rows, their texts made again
         assert all(len(n) < len(w) for n, w in zip(narrow, wide, strict=True)), (narrow, wide)
         assert no_wider(panel)
         assert "64" in screen_text(app)  # the accumulated value still shown
         await pilot.resize_terminal(170, 48)
-        await pilot.pause()
+        await settle(pilot)
         assert shown_names(app) == wide
 
 
@@ -98,7 +98,7 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
     with TraceIndex(trace) as index:
         app = ReplayApp(index)
         async with app.run_test(size=(140, 42)) as pilot:
-            await pilot.pause()
+            await settle(pilot)
             panel = app.query_one(LeavesPanel)
             rows = panel.row_count
             assert rows > 250
@@ -111,13 +111,13 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
 
             panel.row_text = counted  # type: ignore[method-assign]
             await pilot.press("right_square_bracket")  # every weight's carried norm moves
-            await pilot.pause()
+            await settle(pilot)
             assert 0 < len(made) <= panel.size.height  # only the rows drawn are made again
             assert all(i in panel.rows_in_view() for i in made)
             last = rows - 1
             assert last not in made
             panel.scroll_end(animate=False)
-            await pilot.pause()
+            await settle(pilot)
             assert last in made  # the scroll brought it up to date
             snapshot = app.snapshot
             name = panel._rows[last]
@@ -143,7 +143,7 @@ async def test_numbers_keep_a_space_between_them_and_lose_digits_not_their_ends(
         size: tuple[int, int]) -> None:
     app = BackstepApp(RecordingLink(small_norm_events(), stop=5))
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(LeavesPanel)
         row = panel._rows.index(LONG_LEAVES["x"])
         cells = [c.plain for c in panel.row_cells(row)]
