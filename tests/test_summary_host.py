@@ -43,6 +43,20 @@ def test_one_element_tensors_are_summarised_without_reduction_kernels() -> None:
     assert summaries[1]["values"] == [-2.0] and summaries[4]["shape"] == [1, 1]
 
 
+def test_one_element_tensors_cost_no_kernel_at_all() -> None:
+    """Many tiny passes (a loss, scalar parameters) are mostly one-element gradients: they are
+    read one by one, not stacked, viewed and copied into one tensor first (issue 28)."""
+    batch = SummaryBatch()
+    for v in (0.5, -2.0, 3.25, -0.0):
+        batch.add(torch.tensor(v))
+    batch.add(torch.tensor([[1.5]]))
+    with _Ops() as ops:
+        summaries = batch.compute()
+    assert set(ops.seen) <= {"_local_scalar_dense", "lift_fresh"}, ops.seen
+    assert [s["values"] for s in summaries] == [[0.5], [-2.0], [3.25], [-0.0], [1.5]]
+    assert [s["norm"] for s in summaries] == [0.5, 2.0, 3.25, 0.0, 1.5]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_one_element_shortcut_equals_the_kernels(dtype: torch.dtype) -> None:
     """min, max, norm and sum of one element, as aminmax, _foreach_norm and sum give them, in

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,13 +90,23 @@ def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
     held: list[tuple[str, Any]] = []
     rest: list[tuple[str, Any]] = []
     owners: list[Any] = []
+    bare = _BARE
     for f in frames:
         for var, value in frame_locals(f).items():
             if var == "self":
                 owners.append(value)
+            elif type(value) in bare:
+                continue  # a number, a string, a module or function: names nothing here
             else:
                 (held if _holds_modules(value) else rest).append((var, value))
     return held + rest, owners
+
+
+# Exact types that are neither tensors, modules nor containers, and hold none (a script's
+# imports, functions, counters and strings): every frame has many, and each pass reads them all.
+_BARE = frozenset({type(None), bool, int, float, complex, str, bytes, range, type,
+                   types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                   types.MethodType})
 
 
 def _attributes(owner: Any) -> list[tuple[str, Any]]:

@@ -73,7 +73,7 @@ class HostGroup:
         A one-element block needs no reduction: its min, max and sum are its value and its norm
         the value's magnitude, exactly as the kernels compute them (checked from subnormals to
         the dtype's largest, in every batched dtype). Those blocks come last, all at once: a
-        pass of scalar gradients (a loss, scalar parameters) costs two kernels, not three each.
+        pass of scalar gradients (a loss, scalar parameters) costs no kernel, one read each.
         """
         reps, singles = self.reps, self.singles
         if not singles:
@@ -81,8 +81,10 @@ class HostGroup:
         single = set(singles)
         order = [j for j in range(len(reps)) if j not in single] + singles
         column = {j: k for k, j in enumerate(order)}
-        values = torch.stack([reps[j].reshape(()) for j in singles])
-        raw = torch.stack([values, values, values.abs(), values]).to(torch.float64)
+        # read one by one: a float64 holds every value of a batched dtype exactly, so these are
+        # the kernels' numbers, without the ~20 us of stacking a few scalars into one tensor
+        values = [reps[j].item() for j in singles]
+        raw = torch.tensor([values, values, list(map(abs, values)), values], dtype=torch.float64)
         if len(singles) < len(reps):
             raw = torch.cat([_reduce([reps[j] for j in order[: len(reps) - len(singles)]]), raw],
                             dim=1)
@@ -155,9 +157,8 @@ def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
             maxs.append(hi)
             sums.append(t.sum())
         norms += torch._foreach_norm(chunk)
-    return torch.stack(
-        [torch.stack(mins), torch.stack(maxs), torch.stack(norms), torch.stack(sums)]
-    ).to(torch.float64)
+    # one stack of every 0-d result, viewed as 4 rows: the same tensor as stacking each row
+    return torch.stack(mins + maxs + norms + sums).view(4, len(reps)).to(torch.float64)
 
 
 class _Settled:
@@ -190,10 +191,13 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
     else:
         shown = transfers.read(_round_digits(raw, digits))
     if small is None:
-        held = [t.reshape(-1) for t, n in zip(group, numels, strict=True)
-                if n <= SMALL and isinstance(t, torch.Tensor)]
-        small = torch.cat(held) if held else None
-    small_values = transfers.read(small) if small is not None else []
+        # each small tensor read as it is (a scalar alone): no copy into one tensor to read
+        small_values = []
+        for t, n in zip(group, numels, strict=True):
+            if n <= SMALL and isinstance(t, torch.Tensor):
+                small_values += [t.item()] if n == 1 else t.reshape(-1).tolist()
+    else:
+        small_values = transfers.read(small)
     dtype_name = _dtype_name(dtype)
     device_name = _device_name(device if device is not None else group[0].device)
     # the JSON text of a finite summary as a trace file writes it: json.dumps(d,
