@@ -41,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
             parser = build_parser()
             args = parser.parse_args(sys.argv[1:] if argv is None else argv)
             script_stdout = bool(getattr(args, "script_stdout", False))
-            return int(args.handler(args) or 0)
+            code = int(args.handler(args) or 0)
+            if argv is None and getattr(args, "quick_exit", False):  # the command line's own
+                from backstep.process.quick_exit import end_process
+
+                sys.stdout.flush()
+                end_process(code)
+            return code
         finally:
             if not script_stdout:
                 sys.stdout.flush()  # here, where a closed pipe can still be caught

@@ -64,10 +64,10 @@ def main(args: argparse.Namespace) -> int:
     code = launch(args.module or args.script, list(args.args), breakpoints=breakpoints,
                   stop_at_pass_start=not args.no_stop_at_start, source=not args.no_source,
                   as_module=args.module is not None)
-    from backstep.process.quick_exit import end_process
-
-    end_process(code)  # the UI process runs no one's code but backstep's: no teardown to wait on
-    return code  # not reached
+    # the UI process runs no one's code but backstep's: the command line's ``backstep run`` ends
+    # without the interpreter's teardown (cli.main), one called in a process of its own returns
+    args.quick_exit = True
+    return code
 
 
 def module_missing(name: str) -> str | None:
