@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -59,6 +60,8 @@ TRAIN = textwrap.dedent(
 # aborts after its last line ("terminate called without an active exception", SIGABRT) in
 # about one torchrun run in ten on torch 2.13 CPU, with no backstep in the process (measured
 # 2026-11-24: 3 of 30 and 3 of 30 runs; with the model dropped before the group, 0 of 40).
+# CI still met it once, in the plain reference run (2026-11-26): that run is tried again.
+EXIT_ABORT = "terminate called without an active exception"
 
 # torchrun's own setting for every worker; the plain reference runs under it too
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning", "OMP_NUM_THREADS": "1"}
@@ -105,7 +108,11 @@ def run_plain(cwd: Path) -> tuple[list[int], list[str], str]:
 def plain(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The job without backstep or torchrun: two pythons, the environment torchrun would give
     them. Its lines, sorted (the ranks' output interleaves differently every run)."""
-    codes, found, errors = run_plain(project(tmp_path_factory.mktemp("plain")))
+    cwd = project(tmp_path_factory.mktemp("plain"))
+    for _ in range(3):  # torch's own abort at exit (EXIT_ABORT, above) is run again, up to twice
+        codes, found, errors = run_plain(cwd)
+        if codes == [0, 0] or set(codes) - {0, -signal.SIGABRT} or EXIT_ABORT not in errors:
+            break
     assert codes == [0, 0], errors[-2000:]
     assert len(found) == 6
     return found
