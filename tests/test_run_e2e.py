@@ -412,3 +412,29 @@ def test_q_after_the_end_exits_with_the_scripts_code_and_leaves_its_output(tmp_p
         assert printed == [f"line {i}" for i in range(60 - (ROWS - 1), 60)], after
     finally:
         ui.kill()
+
+
+CRASHING_UI = (
+    "import sys\n"
+    "from backstep.tui.app import BackstepApp\n"
+    "def broken(self):\n"
+    "    raise RuntimeError('a bug in the UI')\n"
+    "BackstepApp.action_step = broken\n"
+    "from backstep.cli import main\n"
+    "sys.exit(main(['run', 'example.py']))\n"
+)
+
+
+def test_a_crash_of_the_ui_is_not_reported_as_success(tmp_path: Path) -> None:
+    """Textual prints the traceback and returns None from run(): the command must not then
+    report the aborted debuggee's status (0) as if the script had finished."""
+    (tmp_path / "example.py").write_text(SCRIPT)
+    ui = Pty(["-c", CRASHING_UI], tmp_path)
+    try:
+        ui.expect(r"before PowBackward0")
+        ui.press("n")
+        code = ui.wait(30)
+        assert code == 1, code
+        assert b"a bug in the UI" in ui.raw
+    finally:
+        ui.kill()
