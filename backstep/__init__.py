@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "attach", "attached", "detach"]
+__all__ = ["__version__", "attach", "attached", "demo", "detach"]
 
 
 def attach(*args: Any, **kwargs: Any) -> None:
@@ -35,3 +35,11 @@ def attached(*args: Any, **kwargs: Any) -> Any:
     from backstep.process.attachment import attached as _attached
 
     return _attached(*args, **kwargs)
+
+
+def demo(name: str) -> int:
+    """``backstep demo NAME`` from Python: in a notebook cell, served into the cell (the cell
+    runs until the demo's UI quits); on a terminal, full screen."""
+    from backstep.notebook import demo as _demo
+
+    return _demo(name)

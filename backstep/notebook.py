@@ -1,0 +1,91 @@
+"""backstep in a Jupyter notebook: where the served UI shows, and ``backstep.demo(NAME)``.
+
+In a kernel, ``attach()`` serves the UI to the browser (``process.attach_served``) and the cell
+shows it here: a frame sized for a notebook's output area and one line with a link to open it
+in a tab of its own. The frame's address is the one the browser reaches: 127.0.0.1 by default;
+under JupyterHub (JUPYTERHUB_SERVICE_PREFIX set) the server's ``proxy/PORT/`` path, which
+jupyter-server-proxy forwards to the port; BACKSTEP_SERVE_URL (``{port}`` stands for the port)
+for anything else, such as an SSH tunnel's far end. Outside a notebook the same lines are
+printed. Nothing here imports torch, textual or IPython until it is used in a kernel.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+from typing import Any
+
+ENV_URL = "BACKSTEP_SERVE_URL"  # the browser's base URL for the server, "{port}" for its port
+FRAME_HEIGHT = 640  # pixels: about 38 rows at the page's font size
+FONT_SIZE = 13
+ONE_VIEW = "(one view at a time: q in one lets another attach)"
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel with no terminal of its own."""
+    if "ipykernel" not in sys.modules or (os.isatty(0) and os.isatty(1)):
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def browser_url(port: int, path: str) -> str:
+    """The page's URL as the notebook's browser reaches it (``path`` carries the token)."""
+    base = os.environ.get(ENV_URL)
+    if not base and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+        base = os.environ["JUPYTERHUB_SERVICE_PREFIX"].rstrip("/") + "/proxy/{port}/"
+    if not base:
+        return f"http://127.0.0.1:{port}{path}"
+    return base.replace("{port}", str(port)).rstrip("/") + path
+
+
+def show(served: Any, what: str, notebook: bool, one_view: bool = True) -> None:
+    """Show the served page: a frame and a link in a notebook cell, a line on stderr else.
+    ``one_view``: one browser view at a time drives the script (the others are refused)."""
+    url = browser_url(served.port, served.path) if notebook else served.url
+    line = (f"backstep: {what} is served at {url} (the URL is the key: share it with no one; "
+            "interrupt to go on without it)")
+    if not notebook:
+        print(line, file=sys.stderr, flush=True)
+        return
+    from IPython.display import HTML, display
+
+    frame = f"{url}?fontsize={FONT_SIZE}"
+    link = html.escape(url, quote=True)
+    display(HTML(
+        f'<iframe src="{html.escape(frame, quote=True)}" width="100%" height="{FRAME_HEIGHT}" '
+        'style="border: 0" title="backstep"></iframe>'
+        f'<div>backstep: {html.escape(what)} in the frame above, or '
+        f'<a href="{link}" target="_blank" rel="noopener">in a tab of its own</a> '
+        f'{ONE_VIEW if one_view else ""}</div>'),
+        metadata={"backstep": {"url": url}})
+
+
+def demo(name: str) -> int:
+    """``backstep demo NAME`` here: served into the cell in a notebook (the cell runs until the
+    demo's UI quits), full screen on a terminal. The exit status, as the command's."""
+    from backstep.demo import catalog
+
+    found = catalog.all_demos()
+    if not any(d.name == name for d in found):
+        names = ", ".join(d.name for d in found) or "none installed"
+        raise ValueError(f"no demo named {name!r}; demos: {names}")
+    if not in_notebook():
+        from backstep.cli import main
+
+        return main(["demo", name])
+    from backstep.process.served import ServedUI, serve_address, ui_command
+
+    served = ServedUI(ui_command(["demo", name]), serve_address(None), once=True,
+                      title=f"backstep demo {name}")
+    served.start()
+    try:
+        show(served, f"the demo {name!r}", True, one_view=False)
+        return served.wait() or 0
+    finally:
+        served.stop()
