@@ -19,6 +19,7 @@ from typing import Any
 ENV_URL = "BACKSTEP_SERVE_URL"  # the browser's base URL for the server, "{port}" for its port
 FRAME_HEIGHT = 640  # pixels: about 38 rows at the page's font size
 FONT_SIZE = 13
+KEY = "(the URL is the key to this process: share it with no one)"
 ONE_VIEW = "(one view at a time: q in one lets another attach)"
 
 
@@ -48,10 +49,12 @@ def show(served: Any, what: str, notebook: bool, one_view: bool = True) -> None:
     """Show the served page: a frame and a link in a notebook cell, a line on stderr else.
     ``one_view``: one browser view at a time drives the script (the others are refused)."""
     url = browser_url(served.port, served.path) if notebook else served.url
-    line = (f"backstep: {what} is served at {url} (the URL is the key: share it with no one; "
-            "interrupt to go on without it)")
+    line = f"backstep: {what} is served at {url} {KEY}"
+    exposed = served.exposure()
     if not notebook:
-        print(line, file=sys.stderr, flush=True)
+        for text in (line, exposed):
+            if text:
+                print(text, file=sys.stderr, flush=True)
         return
     from IPython.display import HTML, display
 
@@ -62,7 +65,8 @@ def show(served: Any, what: str, notebook: bool, one_view: bool = True) -> None:
         'style="border: 0" title="backstep"></iframe>'
         f'<div>backstep: {html.escape(what)} in the frame above, or '
         f'<a href="{link}" target="_blank" rel="noopener">in a tab of its own</a> '
-        f'{ONE_VIEW if one_view else ""}</div>'),
+        f'{ONE_VIEW if one_view else ""}</div>'
+        f'{"<div>" + html.escape(exposed) + "</div>" if exposed else ""}'),
         metadata={"backstep": {"url": url}})
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from backstep.process import launcher
-from backstep.process.remote import format_address, parse_address
+from backstep.process.remote import exposure_of, format_address, parse_address
 
 ENV_SERVE = "BACKSTEP_SERVE"  # [HOST:]PORT to serve on instead of 127.0.0.1, any free port
 START_TIMEOUT = 30.0
@@ -85,6 +85,10 @@ class ServedUI:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else \
             "::1" if self.host == "::" else self.host
         return f"http://{format_address(host, self.port)}{self.path}"
+
+    def exposure(self) -> str | None:
+        """A warning when the page is reachable from other machines (None: loopback only)."""
+        return exposure_of(self.host or "0.0.0.0", format_address(self.host, self.port))
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
