@@ -20,7 +20,7 @@ ENV_URL = "BACKSTEP_SERVE_URL"  # the browser's base URL for the server, "{port}
 FRAME_HEIGHT = 640  # pixels: about 38 rows at the page's font size
 FONT_SIZE = 13
 KEY = "(the URL is the key to this process: share it with no one)"
-ONE_VIEW = "(one view at a time: q in one lets another attach)"
+ONE_VIEW = "(if the frame stays blank; one view at a time)"
 
 
 def in_notebook() -> bool:

@@ -14,11 +14,15 @@ import http.server
 import os
 import re
 import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import backstep
 from tests.browser import chromium, press, wait_for
 from tests.kernel import Cell, kernel, run_cell
 
@@ -45,6 +49,10 @@ print("hello from the cell")
 loss = loss_fn()
 loss.backward()
 print("after backward")"""
+
+WITH_BLOCK = """with backstep.attached():
+    loss_fn().backward()
+print("block done")"""
 
 SAME = "print(all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), reference)))"
 
@@ -80,6 +88,19 @@ def notebook_page(code: str, output_html: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def gone(url: str, timeout: float) -> bool:
+    """Whether the server at ``url`` stops answering within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=5).close()
+        except OSError as exc:
+            if not isinstance(exc, urllib.error.HTTPError):
+                return True
+        time.sleep(0.25)
+    return False
 
 
 def step_of(screen: str) -> int:
@@ -120,6 +141,40 @@ def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
         assert cell.text().endswith("after backward\n"), cell.outputs
         assert "hello from the cell" in cell.text()  # in the cell as without backstep
         assert run_cell(client, SAME).text() == "True\n"
+        assert gone(url, 30)  # q detached for good: the page's server has ended
         # detached: a later pass runs to its end untouched, and the gradients still agree
         run_cell(client, "model.zero_grad(set_to_none=True); loss_fn().backward()")
         assert run_cell(client, SAME).text() == "True\n"
+        # `with attached()`: c runs the pass to its end, the block's end detaches
+        run_cell(client, "model.zero_grad(set_to_none=True)")
+        cell = Cell(client, WITH_BLOCK)
+        shown = cell.next_output("display_data", 120)
+        driver.switch_to.default_content()
+        driver.get(shown["metadata"]["backstep"]["url"])
+        wait_for(driver, lambda s: "MeanBackward0" in s and step_of(s) == 1, 90)
+        press(driver, "c")
+        assert cell.wait(60)["status"] == "ok", cell.outputs
+        assert cell.text() == "block done\n"
+        assert gone(shown["metadata"]["backstep"]["url"], 30)
+        assert run_cell(client, SAME).text() == "True\n"
+
+
+def test_a_demo_runs_in_a_notebook_cell(tmp_path: Path) -> None:
+    with kernel(str(tmp_path)) as client, chromium(1100, 900) as driver:
+        cell = Cell(client, 'import backstep\nbackstep.demo("graph_basics")')
+        shown = cell.next_output("display_data", 120)
+        assert "<iframe" in shown["data"]["text/html"]
+        driver.get(shown["metadata"]["backstep"]["url"])
+        screen = wait_for(driver, lambda s: "PowBackward0" in s and step_of(s) == 1, 90)
+        assert "seed gradient" in screen  # the narration of the first stop
+        assert not cell.done.is_set()
+        press(driver, "q")
+        reply = cell.wait(60)
+        assert reply["status"] == "ok", cell.outputs
+        results = [o for o in cell.outputs if o["output_type"] == "execute_result"]
+        assert results and results[0]["data"]["text/plain"] == "0"
+
+
+def test_an_unknown_demo_says_which_exist() -> None:
+    with pytest.raises(ValueError, match="graph_basics"):
+        backstep.demo("no_such_demo")

@@ -6,18 +6,24 @@ the one that blocks in ``backward()`` while you step), so this is the remote att
 runs ``backstep connect`` to it for each browser connection. The connect token goes to that
 server in its environment; the browser's URL carries a token of its own. The cell shows the
 page in a frame and a link (``notebook.show``), then ``attach`` waits for the page to connect:
-the next ``backward()`` stops for it. ``q`` detaches and the cell runs on; the page can attach
-again (its "Reconnect" button, or the link). ``detach()`` or the kernel's end stops the server.
+the next ``backward()`` stops for it. ``q`` (or closing the page) detaches for good, as ``q``
+does in a terminal: the cell runs on, the server ends, a later ``attach()`` starts afresh.
+``detach()`` (the end of ``with attached()``) and the kernel's end do the same.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 from backstep.process.attach_remote import _RemoteAttachment
 from backstep.process.remote import ENV_TOKEN, RemoteServer
 from backstep.process.served import ServedUI, serve_address, ui_command
+
+
+WATCH_INTERVAL = 0.1  # seconds between looks at whether the page's UI is still attached
 
 
 def connect_command(address: str, breakpoints: list[dict[str, Any]],
@@ -38,6 +44,19 @@ class _ServedAttachment(_RemoteAttachment):
         self.serve_address = serve_address(serve)  # ValueError before anything is armed
         self.notebook = in_notebook()
         self.served: ServedUI | None = None
+
+    def start(self) -> None:
+        super().start()  # returns once the page has attached
+        threading.Thread(target=self._watch, args=(self.server,), name="backstep-served",
+                         daemon=True).start()
+
+    def _watch(self, server: RemoteServer | None) -> None:
+        """When the page's UI leaves (``q``, the page closed), detach for good, as ``q`` does
+        in a terminal: the hooks go, the server and its page end; ``attach()`` starts anew."""
+        while server is not None and self.server is server and server.attached():
+            time.sleep(WATCH_INTERVAL)
+        if server is not None and self.server is server:
+            self.stop()
 
     def _announce(self, server: RemoteServer) -> None:
         self.served = served = ServedUI(
