@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 ENV_URL = "BACKSTEP_SERVE_URL"  # the browser's base URL for the server, "{port}" for its port
-FRAME_HEIGHT = 640  # pixels: about 38 rows at the page's font size
+FRAME_HEIGHT = 600  # pixels: about 36 rows at the page's font size
 FONT_SIZE = 13
 KEY = "(the URL is the key to this process: share it with no one)"
 ONE_VIEW = "(if the frame stays blank; one view at a time)"

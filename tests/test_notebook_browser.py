@@ -109,7 +109,7 @@ def step_of(screen: str) -> int:
 
 
 def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
-    with kernel(str(tmp_path)) as client, chromium(1100, 860) as driver:
+    with kernel(str(tmp_path)) as client, chromium(1100, 1000) as driver:
         run_cell(client, SETUP)
         cell = Cell(client, ATTACHED)
         shown = cell.next_output("display_data", 120)

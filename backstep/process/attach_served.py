@@ -22,7 +22,6 @@ from backstep.process.attach_remote import _RemoteAttachment
 from backstep.process.remote import ENV_TOKEN, RemoteServer
 from backstep.process.served import ServedUI, serve_address, ui_command
 
-
 WATCH_INTERVAL = 0.1  # seconds between looks at whether the page's UI is still attached
 
 
@@ -31,6 +30,10 @@ def connect_command(address: str, breakpoints: list[dict[str, Any]],
     """``backstep connect ADDRESS`` with ``attach()``'s options (the token is in the env)."""
     return ui_command(["connect", address, "--breakpoints-json", json.dumps(breakpoints),
                        *([] if stop_at_pass_start else ["--no-stop-at-start"])])
+
+
+def _quiet(line: str) -> None:
+    pass
 
 
 class _ServedAttachment(_RemoteAttachment):
@@ -59,6 +62,8 @@ class _ServedAttachment(_RemoteAttachment):
             self.stop()
 
     def _announce(self, server: RemoteServer) -> None:
+        # the page's UI attaching and leaving is no news here (refusals still log: their own)
+        server.log = _quiet
         self.served = served = ServedUI(
             connect_command(server.address, self.breakpoints, self.stop_at_pass_start),
             self.serve_address, env={ENV_TOKEN: server.token})
