@@ -47,6 +47,17 @@ def served_url(process: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
     raise AssertionError(f"no URL on stderr: {seen!r}")
 
 
+def ended(driver: object, timeout: float) -> bool:
+    """Whether the page shows "Session ended" within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if driver.execute_script(  # type: ignore[attr-defined]
+                "return document.body.classList.contains('-closed')"):
+            return True
+        time.sleep(0.25)
+    return False
+
+
 def step_of(screen: str) -> int:
     match = re.search(r"step (\d+) of \d+", screen)
     return int(match.group(1)) if match else 0
@@ -84,6 +95,12 @@ def test_run_serve_steps_a_script_and_changes_nothing(tmp_path: Path) -> None:
             driver.get(url)
             screen = wait_for(driver, lambda s: "SumBackward0" in s and step_of(s) == 1)
             assert "TanhBackward0" in screen and "script says hi" in screen  # console copy
+            first = driver.current_window_handle
+            driver.switch_to.new_window("tab")  # one view at a time: a second page ends
+            driver.get(url)
+            assert ended(driver, 60)
+            driver.close()
+            driver.switch_to.window(first)
             for expected in (2, 3, 4):
                 press(driver, "n")
                 wait_for(driver, lambda s, e=expected: step_of(s) == e, 30)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import os
 import shlex
 import signal
@@ -54,6 +55,7 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
     import aiohttp_jinja2
     import jinja2
     from aiohttp import web
+    from textual_serve.app_service import AppService
     from textual_serve.server import Server, to_int
 
     class TokenServer(Server):
@@ -84,13 +86,37 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
                     "title": self.title}
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            """textual-serve's, with an app process that ends the page when it ends, whether
+            or not it said goodbye (a UI refused before it started never does)."""
+            websocket = web.WebSocketResponse(heartbeat=15)
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
             self.sessions += 1
+            service = None
             try:
-                return await super().handle_websocket(request)
+                await websocket.prepare(request)
+                service = ClosingAppService(
+                    self.command, write_bytes=websocket.send_bytes,
+                    write_str=websocket.send_str, close=websocket.close,
+                    download_manager=self.download_manager, debug=self.debug)
+                await service.start(width, height)
+                await self._process_messages(websocket, service)
+            except asyncio.CancelledError:
+                await websocket.close()
+            except Exception:  # noqa: BLE001 - one broken session must not end the server
+                logging.getLogger("backstep.serve").exception("a browser session failed")
             finally:
+                if service is not None:
+                    await service.stop()
                 self.sessions -= 1
                 if once and self.sessions == 0:
                     self.ended.set()
+            return websocket
+
+    class ClosingAppService(AppService):
+        async def run(self) -> None:
+            await super().run()
+            await self.remote_close()
 
     return TokenServer()
 
@@ -109,6 +135,7 @@ async def _serve(server: Any, sock: socket.socket, token: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     loop.add_reader(0, lambda: stop.set() if not os.read(0, 4096) else None)
     print(json.dumps({"port": sock.getsockname()[1], "path": f"/{token}/"}), flush=True)
+    os.dup2(2, 1)  # no one reads our stdout from now on: what an app leaves there goes to stderr
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.ended.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for wait in waits:
@@ -129,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(token) < 16:
         print(f"backstep serve: {ENV_TOKEN} is not set", file=sys.stderr)
         return 2
-    import logging
-
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.create_server((args.host, args.port), family=family)
