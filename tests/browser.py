@@ -9,6 +9,7 @@ xterm builds it (its public class is the one with ``loadAddon``).
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import tempfile
 import time
@@ -100,3 +101,9 @@ def press(driver: Any, keys: str) -> None:
 
     area = driver.find_element(By.CSS_SELECTOR, ".xterm-helper-textarea")
     area.send_keys(keys)
+
+
+def step_of(screen: str) -> int:
+    """The step the UI's status bar says it is at (0 when it says none)."""
+    match = re.search(r"step (\d+) of \d+", screen)
+    return int(match.group(1)) if match else 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import backstep
-from tests.browser import chromium, press, wait_for
+from tests.browser import chromium, press, step_of, wait_for
 from tests.kernel import Cell, kernel, run_cell
 
 pytestmark = pytest.mark.timeout(300)
@@ -101,11 +101,6 @@ def gone(url: str, timeout: float) -> bool:
                 return True
         time.sleep(0.25)
     return False
-
-
-def step_of(screen: str) -> int:
-    match = re.search(r"step (\d+) of \d+", screen)
-    return int(match.group(1)) if match else 0
 
 
 def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium, press, wait_for
+from tests.browser import chromium, press, step_of, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,11 +56,6 @@ def ended(driver: object, timeout: float) -> bool:
             return True
         time.sleep(0.25)
     return False
-
-
-def step_of(screen: str) -> int:
-    match = re.search(r"step (\d+) of \d+", screen)
-    return int(match.group(1)) if match else 0
 
 
 def test_show_serve_steps_a_trace_in_the_browser() -> None:

@@ -93,14 +93,9 @@ class ServedUI:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Until the server ends (``once``: after its last browser session)."""
-        if self.process is None:
-            return None
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+    def wait(self) -> int | None:
+        """Until the server ends (``once``: after its last browser session); its status."""
+        return None if self.process is None else self.process.wait()
 
     def stop(self) -> None:
         """End the server and every UI it runs. Idempotent."""
