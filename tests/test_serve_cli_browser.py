@@ -99,6 +99,10 @@ def test_run_serve_steps_a_script_and_changes_nothing(tmp_path: Path) -> None:
             for expected in (2, 3, 4):
                 press(driver, "n")
                 wait_for(driver, lambda s, e=expected: step_of(s) == e, 30)
+            press(driver, "c")  # to the end of the pass: the script ends, the page stays
+            wait_for(driver, lambda s: "script exited with code 3" in s, 60)
+            time.sleep(1)
+            assert process.poll() is None and not ended(driver, 0)
             press(driver, "q")
             assert process.wait(60) == 3
         assert process.stdout is not None

@@ -102,5 +102,5 @@ def run(args: argparse.Namespace, breakpoints: list[dict[str, Any]]) -> int:
     except _NotServed:
         return 2
     finally:
-        for served in held:
-            served.stop()
+        for served in held:  # the page stays until the person has read the end and quits
+            served.finish()

@@ -10,7 +10,7 @@ URLs, so it works unchanged behind a proxy (jupyter-server-proxy, an SSH tunnel)
 
 The process prints one JSON line on stdout once it listens (``{"port": N, "path": "/T/"}``)
 and ends on SIGTERM, when its stdin reaches end of file (whoever started it is gone), or with
-``--once`` after the last browser session ends. The token comes in BACKSTEP_SERVE_TOKEN, out
+``--once`` (or after SIGUSR1) when the last browser session ends. The token comes in BACKSTEP_SERVE_TOKEN, out
 of sight of ``ps``.
 """
 
@@ -62,7 +62,14 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
         def __init__(self) -> None:
             super().__init__(shlex.join(command), host="127.0.0.1", title=title)
             self.sessions = 0
+            self.once = once
             self.ended = asyncio.Event()
+
+        def finish(self) -> None:
+            """From now on, end when the last browser session ends (at once if none is on)."""
+            self.once = True
+            if self.sessions == 0:
+                self.ended.set()
 
         async def _make_app(self) -> web.Application:
             app = web.Application(middlewares=[guard(token)])
@@ -109,7 +116,7 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
                 if service is not None:
                     await service.stop()
                 self.sessions -= 1
-                if once and self.sessions == 0:
+                if self.once and self.sessions == 0:
                     self.ended.set()
             return websocket
 
@@ -133,6 +140,7 @@ async def _serve(server: Any, sock: socket.socket, token: str) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, server.finish)
     loop.add_reader(0, lambda: stop.set() if not os.read(0, 4096) else None)
     print(json.dumps({"port": sock.getsockname()[1], "path": f"/{token}/"}), flush=True)
     os.dup2(2, 1)  # no one reads our stdout from now on: what an app leaves there goes to stderr

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -61,7 +62,8 @@ class ServedUI:
                 *(["--once"] if self.once else []), json.dumps(self.command)]
         env = {**os.environ, **self.env, ENV_TOKEN: self.token}
         self.process = process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
+            start_new_session=True)  # a ctrl-c or a kernel interrupt is for the script
         assert process.stdout is not None
         line = b""
         deadline = time.monotonic() + timeout
@@ -96,6 +98,20 @@ class ServedUI:
     def wait(self) -> int | None:
         """Until the server ends (``once``: after its last browser session); its status."""
         return None if self.process is None else self.process.wait()
+
+    def finish(self) -> None:
+        """Let the pages that are open stay until they end (a person reading the end of a
+        run), then end; at once if none is open. Ctrl-c ends it sooner."""
+        process = self.process
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGUSR1)
+        try:
+            process.wait()
+        except KeyboardInterrupt:
+            pass
+        self.stop()
 
     def stop(self) -> None:
         """End the server and every UI it runs. Idempotent."""
