@@ -17,7 +17,8 @@ def attach(*args: Any, **kwargs: Any) -> None:
     """Arm backstep in this process: the next backward pass stops and the UI opens.
 
     ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) waits for a remote ``backstep connect``
-    instead (``wait=False``: run on until one attaches)."""
+    instead (``wait=False``: run on until one attaches). In a Jupyter notebook the UI shows in
+    the cell, served to the browser (``serve="[HOST:]PORT"`` serves it from anywhere)."""
     from backstep.process.attachment import attach as _attach
 
     _attach(*args, **kwargs)
