@@ -73,6 +73,7 @@ def kernel(cwd: str) -> Iterator[Any]:
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3", cwd=cwd, startup_timeout=120)
+    client.interrupt = manager.interrupt_kernel  # as the front end's stop button does
     try:
         yield client
     finally:

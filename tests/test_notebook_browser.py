@@ -173,3 +173,22 @@ def test_a_demo_runs_in_a_notebook_cell(tmp_path: Path) -> None:
 def test_an_unknown_demo_says_which_exist() -> None:
     with pytest.raises(ValueError, match="graph_basics"):
         backstep.demo("no_such_demo")
+
+
+def test_interrupting_a_wait_for_the_page_gives_up_cleanly(tmp_path: Path) -> None:
+    """No browser ever opens the frame: an interrupt ends the wait, and nothing stays armed."""
+    with kernel(str(tmp_path)) as client:
+        run_cell(client, SETUP)
+        cell = Cell(client, ATTACHED)
+        url = cell.next_output("display_data", 120)["metadata"]["backstep"]["url"]
+        assert not gone(url, 1)  # served, waiting
+        client.interrupt()
+        cell.wait(60)
+        errors = [o["ename"] for o in cell.outputs if o["output_type"] == "error"]
+        assert errors == ["KeyboardInterrupt"], cell.outputs
+        assert "hello from the cell" not in cell.text()
+        assert gone(url, 30)
+        run_cell(client, "model.zero_grad(set_to_none=True); loss_fn().backward()")
+        assert run_cell(client, SAME).text() == "True\n"
+        assert run_cell(client, "import sys; print(type(sys.stdout).__name__)").text() \
+            == "OutStream\n"  # ipykernel's own stream, not backstep's copy
