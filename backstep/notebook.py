@@ -56,18 +56,20 @@ def show(served: Any, what: str, notebook: bool, one_view: bool = True) -> None:
             if text:
                 print(text, file=sys.stderr, flush=True)
         return
-    from IPython.display import HTML, display
+    from IPython.display import display
 
     frame = f"{url}?fontsize={FONT_SIZE}"
     link = html.escape(url, quote=True)
-    display(HTML(
+    page = (
         f'<iframe src="{html.escape(frame, quote=True)}" width="100%" height="{FRAME_HEIGHT}" '
         'style="border: 0" title="backstep"></iframe>'
         f'<div>backstep: {html.escape(what)} in the frame above, or '
         f'<a href="{link}" target="_blank" rel="noopener">in a tab of its own</a> '
         f'{ONE_VIEW if one_view else ""}</div>'
-        f'{"<div>" + html.escape(exposed) + "</div>" if exposed else ""}'),
-        metadata={"backstep": {"url": url}})
+        f'{"<div>" + html.escape(exposed) + "</div>" if exposed else ""}')
+    # a front end that shows no HTML (jupyter console, a text export) shows the line
+    display({"text/html": page, "text/plain": "\n".join(filter(None, (line, exposed)))},
+            raw=True, metadata={"backstep": {"url": url}})
 
 
 def demo(name: str) -> int:

@@ -39,7 +39,11 @@ class Cell:
                 output = {"output_type": kind, **content}
                 self.outputs.append(output)
                 self._new.put(output)
-        self.reply = client.get_shell_msg(timeout=30)["content"]
+        while True:  # the reply to this cell (a reply to an earlier request is not)
+            reply = client.get_shell_msg(timeout=30)
+            if reply.get("parent_header", {}).get("msg_id") == self.msg_id:
+                break
+        self.reply = reply["content"]
         self.done.set()
 
     def wait(self, timeout: float) -> dict[str, Any]:

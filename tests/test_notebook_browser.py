@@ -112,6 +112,7 @@ def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
         url = shown["metadata"]["backstep"]["url"]
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/", url), url
         assert "<iframe" in frame_html and f'href="{url}"' in frame_html
+        assert url in shown["data"]["text/plain"]  # for front ends that show no HTML
         with notebook_page(ATTACHED, frame_html) as page:
             driver.get(page)
         driver.switch_to.frame(driver.find_element("css selector", "iframe"))
