@@ -20,6 +20,9 @@ ENV_URL = "BACKSTEP_SERVE_URL"  # the browser's base URL for the server, "{port}
 FRAME_HEIGHT = 600  # pixels: about 36 rows at the page's font size
 FONT_SIZE = 13
 KEY = "(the URL is the key to this process: share it with no one)"
+COLAB = ("in Colab the browser cannot reach this kernel's ports, so the UI cannot be served "
+         "here: record with backstep.attach(trace='run.jsonl') and open the file with "
+         "`backstep show run.jsonl` on your machine")
 ONE_VIEW = "(if the frame stays blank; one view at a time)"
 
 
@@ -33,6 +36,11 @@ def in_notebook() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def in_colab() -> bool:
+    """Whether this kernel is Colab's, whose browser cannot reach the kernel's ports."""
+    return "google.colab" in sys.modules
 
 
 def browser_url(port: int, path: str) -> str:

@@ -41,10 +41,15 @@ class _ServedAttachment(_RemoteAttachment):
 
     def __init__(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,
                  source: bool, serve: str | None) -> None:
-        from backstep.notebook import in_notebook
+        from backstep.notebook import COLAB, in_colab, in_notebook
 
         super().__init__("127.0.0.1:0", breakpoints, stop_at_pass_start, source, wait=True)
-        self.serve_address = serve_address(serve)  # ValueError before anything is armed
+        try:  # ValueError before anything is armed
+            self.serve_address = serve_address(serve)
+        except ValueError as exc:
+            raise ValueError(f"serve={serve!r}: {exc}") from None
+        if serve is None and in_colab():
+            raise ValueError(COLAB)
         self.notebook = in_notebook()
         self.served: ServedUI | None = None
 

@@ -87,8 +87,8 @@ def attach(
             try:
                 _current = _ServedAttachment(parsed, stop_at_pass_start, source, serve)
             except ValueError as exc:
-                print(f"backstep: serve={serve!r}: {exc} (the script continues without "
-                      "backstep)", file=sys.stderr)
+                print(f"backstep: {exc} (the script continues without backstep)",
+                      file=sys.stderr)
                 return
         elif not (os.isatty(0) and os.isatty(1)):
             print("backstep: no terminal to open the debugger on; the script continues without it "
