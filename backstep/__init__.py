@@ -44,3 +44,10 @@ def demo(name: str) -> int:
     from backstep.notebook import demo as _demo
 
     return _demo(name)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext backstep``: the ``%%backstep`` cell magic (the cell runs attached)."""
+    from backstep.notebook import cell_magic
+
+    ipython.register_magic_function(cell_magic, "cell", "backstep")

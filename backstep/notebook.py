@@ -103,3 +103,27 @@ def demo(name: str) -> int:
         return served.wait() or 0
     finally:
         served.stop()
+
+
+def cell_magic(line: str, cell: str) -> None:
+    """``%%backstep [--break SPEC]... [--no-stop-at-start]``: run the cell attached (as
+    ``with backstep.attached(...)``); ``%load_ext backstep`` makes it."""
+    import argparse
+    import shlex
+
+    from IPython import get_ipython
+
+    from backstep.process.attachment import attached
+
+    parser = argparse.ArgumentParser(prog="%%backstep", add_help=False, exit_on_error=False)
+    parser.add_argument("--break", dest="breakpoints", action="append", default=[])
+    parser.add_argument("--no-stop-at-start", action="store_true")
+    try:
+        args, extra = parser.parse_known_args(shlex.split(line))
+        if extra:
+            raise ValueError(f"unknown {' '.join(extra)!r}")
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise ValueError(f"%%backstep: {exc} (it takes --break SPEC and --no-stop-at-start)"
+                         ) from None
+    with attached(breakpoints=args.breakpoints, stop_at_pass_start=not args.no_stop_at_start):
+        get_ipython().run_cell(cell)

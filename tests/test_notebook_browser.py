@@ -54,6 +54,10 @@ WITH_BLOCK = """with backstep.attached():
     loss_fn().backward()
 print("block done")"""
 
+MAGIC = """%%backstep --break TanhBackward0 --no-stop-at-start
+loss_fn().backward()
+print("magic done")"""
+
 SAME = "print(all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), reference)))"
 
 
@@ -153,6 +157,15 @@ def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
         assert cell.text() == "block done\n"
         assert gone(shown["metadata"]["backstep"]["url"], 30)
         assert run_cell(client, SAME).text() == "True\n"
+        # the cell magic, with a breakpoint: c stops there, c again ends the pass and the cell
+        run_cell(client, "%load_ext backstep\nmodel.zero_grad(set_to_none=True)")
+        cell = Cell(client, MAGIC)
+        driver.get(cell.next_output("display_data", 120)["metadata"]["backstep"]["url"])
+        wait_for(driver, lambda s: "before TanhBackward0" in s, 90)
+        press(driver, "c")
+        assert cell.wait(60)["status"] == "ok", cell.outputs
+        assert cell.text() == "magic done\n"
+        assert run_cell(client, SAME).text() == "True\n"
 
 
 def test_a_demo_runs_in_a_notebook_cell(tmp_path: Path) -> None:
@@ -193,3 +206,9 @@ def test_interrupting_a_wait_for_the_page_gives_up_cleanly(tmp_path: Path) -> No
         assert run_cell(client, SAME).text() == "True\n"
         assert run_cell(client, "import sys; print(type(sys.stdout).__name__)").text() \
             == "OutStream\n"  # ipykernel's own stream, not backstep's copy
+        run_cell(client, "%load_ext backstep")
+        cell = Cell(client, "%%backstep --bogus\nprint('ran')")
+        cell.wait(60)
+        errors = [(o["ename"], o["evalue"]) for o in cell.outputs if o["output_type"] == "error"]
+        assert errors and errors[0][0] == "ValueError" and "--bogus" in errors[0][1]
+        assert "ran" not in cell.text()
