@@ -130,3 +130,16 @@ def test_serve_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ServedUI(["x"], ("0.0.0.0", 8765)).exposure() is not None
     with pytest.raises(ValueError):
         serve_address("nowhere")
+
+
+def test_the_page_escapes_its_title() -> None:
+    ui = ServedUI(ui_command(["show", TRACE]), title="<script>alert(1)</script>")
+    ui.start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", ui.port, timeout=30)
+        connection.request("GET", ui.path)
+        page = connection.getresponse().read().decode()
+        connection.close()
+    finally:
+        ui.stop()
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page

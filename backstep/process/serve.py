@@ -73,7 +73,7 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
 
         async def _make_app(self) -> web.Application:
             app = web.Application(middlewares=[guard(token)])
-            aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(PAGE))
+            aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(PAGE), autoescape=True)
             prefix = f"/{token}"
             app.add_routes([
                 web.get(prefix, self.to_slash),
