@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "attach", "attached", "detach"]
+__all__ = ["__version__", "attach", "attached", "demo", "detach"]
 
 
 def attach(*args: Any, **kwargs: Any) -> None:
     """Arm backstep in this process: the next backward pass stops and the UI opens.
 
     ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) waits for a remote ``backstep connect``
-    instead (``wait=False``: run on until one attaches)."""
+    instead (``wait=False``: run on until one attaches). In a Jupyter notebook the UI shows in
+    the cell, served to the browser (``serve="[HOST:]PORT"`` serves it from anywhere)."""
     from backstep.process.attachment import attach as _attach
 
     _attach(*args, **kwargs)
@@ -35,3 +36,18 @@ def attached(*args: Any, **kwargs: Any) -> Any:
     from backstep.process.attachment import attached as _attached
 
     return _attached(*args, **kwargs)
+
+
+def demo(name: str) -> int:
+    """``backstep demo NAME`` from Python: in a notebook cell, served into the cell (the cell
+    runs until the demo's UI quits); on a terminal, full screen."""
+    from backstep.notebook import demo as _demo
+
+    return _demo(name)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext backstep``: the ``%%backstep`` cell magic (the cell runs attached)."""
+    from backstep.notebook import cell_magic
+
+    ipython.register_magic_function(cell_magic, "cell", "backstep")

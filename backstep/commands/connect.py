@@ -11,6 +11,7 @@ another ``connect`` can attach later. Nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -39,6 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--break", dest="breakpoints", action="append", default=[], metavar="SPEC",
         help="stop at a condition: MulBackward*, node:GLOB, module:GLOB, leaf:NAME, nonfinite, "
         "norm:VALUE (repeatable)")
+    parser.add_argument("--breakpoints-json", default="[]", help=argparse.SUPPRESS)  # attach()'s
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="do not stop at the first node of every pass (only at breakpoints)")
     parser.add_argument("--timeout", type=float, default=10.0,
@@ -121,8 +123,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
+        breakpoints += protocol.validate_breakpoints(json.loads(args.breakpoints_json))
         address = remote.parse_address(args.address)
-    except (protocol.ProtocolError, ValueError) as exc:
+    except (protocol.ProtocolError, ValueError) as exc:  # JSONDecodeError is a ValueError
         print(f"backstep connect: {exc}", file=sys.stderr)
         return 2
     token = _token(args.token)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backstep import protocol
-from backstep.commands import add_script_arguments, other_ranks, torch_problem
+from backstep.commands import add_script_arguments, other_ranks, serving, torch_problem
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -36,6 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(host 127.0.0.1 unless given; also $BACKSTEP_LISTEN)")
     parser.add_argument("--no-wait", action="store_true",
                         help="with --listen: start the script at once, not when a UI attaches")
+    serving.add_argument(parser)
     other_ranks.add_arguments(parser)
     add_script_arguments(parser, main)
     return parser
@@ -51,6 +52,11 @@ def main(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     listen = args.listen or os.environ.get("BACKSTEP_LISTEN")
+    if serving.wanted(args):
+        if args.listen:
+            print("backstep run: --serve and --listen exclude each other", file=sys.stderr)
+            return 2
+        return serving.run(args, breakpoints)
     if listen:
         if args.module is not None:
             print("backstep run: --listen takes a script path, not -m MODULE", file=sys.stderr)

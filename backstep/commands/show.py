@@ -10,6 +10,7 @@ import argparse
 import contextlib
 
 from backstep import protocol
+from backstep.commands import serving
 from backstep.commands.diff import add_tolerance_arguments, tolerance_problem
 
 
@@ -33,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_tolerance_arguments(parser)  # as `backstep diff` compares, for --against
     parser.add_argument("--no-stop-at-start", action="store_true",
                         help="c does not stop at the first node of every pass")
+    serving.add_argument(parser)
     parser.set_defaults(handler=main)
 
 
@@ -69,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
         if not index.numbers():
             say("show", f"{args.trace} has no backward pass to show")
             return 2
+        if serving.wanted(args):  # checked here; each browser connection opens it anew
+            return serving.show(args)
         from backstep.traces.diff import Tolerance
         from backstep.tui.against import Against
         from backstep.tui.hangup import HangUp

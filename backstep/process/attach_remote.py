@@ -44,10 +44,7 @@ class _RemoteAttachment(_Attachment):
         from backstep.process import remote_output
 
         self._restore_output = remote_output.install(self._emit, self._attached)
-        print(self.server.announcement(self.wait), file=sys.stderr, flush=True)
-        exposed = self.server.exposure()
-        if exposed is not None:
-            print(exposed, file=sys.stderr, flush=True)
+        self._announce(self.server)
         atexit.register(self._at_exit)
         if self.wait:
             try:
@@ -55,6 +52,13 @@ class _RemoteAttachment(_Attachment):
             except KeyboardInterrupt:  # ctrl-c while waiting: the script gets it, unarmed
                 self.stop()
                 raise
+
+    def _announce(self, server: RemoteServer) -> None:
+        """Say where a UI can attach (``attach_served``: serve one to a browser instead)."""
+        print(server.announcement(self.wait), file=sys.stderr, flush=True)
+        exposed = server.exposure()
+        if exposed is not None:
+            print(exposed, file=sys.stderr, flush=True)
 
     def _emit(self, event: dict[str, Any]) -> None:
         server = self.server

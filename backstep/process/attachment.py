@@ -45,13 +45,16 @@ def attach(
     trace: str | None = None,
     listen: str | None = None,
     wait: bool = True,
+    serve: str | None = None,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed.
 
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) opens no UI here: a remote one attaches with
-    ``backstep connect``; ``wait`` makes this call wait for the first one.
+    ``backstep connect``; ``wait`` makes this call wait for the first one. In a Jupyter kernel
+    the UI is served to the browser and shown in the cell; ``serve="[HOST:]PORT"`` (or
+    BACKSTEP_SERVE) serves it from anywhere, on that address (default: 127.0.0.1, any port).
     """
     global _current, _torch_warned
     from backstep.process.forks import in_multiprocessing_child
@@ -78,6 +81,15 @@ def attach(
                 print(f"backstep: listen={listen!r}: {exc} (the script continues without "
                       "backstep)", file=sys.stderr)
                 return
+        elif serve or os.environ.get("BACKSTEP_SERVE") or _in_notebook():
+            from backstep.process.attach_served import _ServedAttachment
+
+            try:
+                _current = _ServedAttachment(parsed, stop_at_pass_start, source, serve)
+            except ValueError as exc:
+                print(f"backstep: {exc} (the script continues without backstep)",
+                      file=sys.stderr)
+                return
         elif not (os.isatty(0) and os.isatty(1)):
             print("backstep: no terminal to open the debugger on; the script continues without it "
                   "(set BACKSTEP_TRACE=run.jsonl to record a trace instead)", file=sys.stderr)
@@ -97,6 +109,12 @@ def attach(
             print(f"backstep: could not attach: {exc}", file=sys.stderr)
             _current.stop()
             _current = None
+
+
+def _in_notebook() -> bool:
+    from backstep.notebook import in_notebook
+
+    return in_notebook()
 
 
 def detach() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from backstep.process.remote import ENV_LISTEN, RemoteServer, parse_address
@@ -25,8 +26,10 @@ def in_pass(capture: Any) -> bool:
 
 def run_listening(script: str, script_args: list[str], listen: str, *, wait: bool = True,
                   breakpoints: list[dict[str, Any]] | None = None,
-                  stop_at_pass_start: bool = True, source: bool = True) -> int:
-    """``backstep run --listen``: run the script here, serving UIs over TCP; its exit code."""
+                  stop_at_pass_start: bool = True, source: bool = True,
+                  announce: Callable[[RemoteServer], None] | None = None) -> int:
+    """``backstep run --listen``: run the script here, serving UIs over TCP; its exit code.
+    ``announce`` replaces the line that says where to attach (``run --serve``)."""
     try:
         address = parse_address(listen)
     except ValueError as exc:
@@ -59,10 +62,13 @@ def run_listening(script: str, script_args: list[str], listen: str, *, wait: boo
         missing = refuse_missing(script, "backstep run", server)
         if missing is not None:
             return missing
-        print(server.announcement(wait), file=sys.stderr, flush=True)
-        exposed = server.exposure()
-        if exposed is not None:
-            print(exposed, file=sys.stderr, flush=True)
+        if announce is not None:
+            announce(server)
+        else:
+            print(server.announcement(wait), file=sys.stderr, flush=True)
+            exposed = server.exposure()
+            if exposed is not None:
+                print(exposed, file=sys.stderr, flush=True)
         try:
             if wait and not server.wait_for_ui():
                 return 1

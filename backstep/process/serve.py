@@ -1,0 +1,177 @@
+"""Serve the UI to a browser with textual-serve, behind an unguessable URL.
+
+Run as its own process (``python -m backstep.process.serve``), never inside the user's one:
+``ServedUI`` starts it. textual-serve starts one UI process per browser connection (the
+``COMMAND`` given as JSON argv) and talks to it over pipes. textual-serve has no
+authentication of its own, so every route lives under ``/TOKEN/`` and a middleware answers
+anything else, the websocket included, with 403 before any handler (or app process) runs.
+The token compares in constant time. The page is our copy of textual-serve's with relative
+URLs, so it works unchanged behind a proxy (jupyter-server-proxy, an SSH tunnel).
+
+The process prints one JSON line on stdout once it listens (``{"port": N, "path": "/T/"}``)
+and ends on SIGTERM, when its stdin reaches end of file (whoever started it is gone), or with
+``--once`` (or after SIGUSR1) when the last browser session ends. The token comes in BACKSTEP_SERVE_TOKEN, out
+of sight of ``ps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV_TOKEN = "BACKSTEP_SERVE_TOKEN"
+PAGE = Path(__file__).with_name("serve_page")  # the template folder
+
+
+def guard(token: str) -> Any:
+    """The aiohttp middleware: 403 for any path not under ``/TOKEN/`` (and ``/TOKEN``)."""
+    from aiohttp import web
+
+    expected = token.encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        given = request.raw_path.split("?", 1)[0].split("/", 2)[1]  # "/T/x" -> "T"
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), expected):
+            return web.Response(status=403, text="403: forbidden\n")
+        return await handler(request)
+
+    return check
+
+
+def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
+    """A textual-serve ``Server`` for ``command`` with every route under ``/TOKEN/``."""
+    import aiohttp_jinja2
+    import jinja2
+    from aiohttp import web
+    from textual_serve.app_service import AppService
+    from textual_serve.server import Server, to_int
+
+    class TokenServer(Server):
+        def __init__(self) -> None:
+            super().__init__(shlex.join(command), host="127.0.0.1", title=title)
+            self.sessions = 0
+            self.once = once
+            self.ended = asyncio.Event()
+
+        def finish(self) -> None:
+            """From now on, end when the last browser session ends (at once if none is on)."""
+            self.once = True
+            if self.sessions == 0:
+                self.ended.set()
+
+        async def _make_app(self) -> web.Application:
+            app = web.Application(middlewares=[guard(token)])
+            aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(PAGE), autoescape=True)
+            prefix = f"/{token}"
+            app.add_routes([
+                web.get(prefix, self.to_slash),
+                web.get(f"{prefix}/", self.handle_index, name="index"),
+                web.get(f"{prefix}/ws", self.handle_websocket, name="websocket"),
+                web.get(f"{prefix}/download/{{key}}", self.handle_download, name="download"),
+                web.static(f"{prefix}/static", self.statics_path, name="static"),
+            ])
+            return app
+
+        async def to_slash(self, request: web.Request) -> web.StreamResponse:
+            raise web.HTTPFound(f"{token}/")  # relative: right behind any proxy prefix
+
+        @aiohttp_jinja2.template("page.html")
+        async def handle_index(self, request: web.Request) -> dict[str, Any]:
+            return {"font_size": to_int(request.query.get("fontsize", "16"), 16),
+                    "title": self.title}
+
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            """textual-serve's, with an app process that ends the page when it ends, whether
+            or not it said goodbye (a UI refused before it started never does)."""
+            websocket = web.WebSocketResponse(heartbeat=15)
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
+            self.sessions += 1
+            service = None
+            try:
+                await websocket.prepare(request)
+                service = ClosingAppService(
+                    self.command, write_bytes=websocket.send_bytes,
+                    write_str=websocket.send_str, close=websocket.close,
+                    download_manager=self.download_manager, debug=self.debug)
+                await service.start(width, height)
+                await self._process_messages(websocket, service)
+            except asyncio.CancelledError:
+                await websocket.close()
+            except Exception:  # noqa: BLE001 - one broken session must not end the server
+                logging.getLogger("backstep.serve").exception("a browser session failed")
+            finally:
+                if service is not None:
+                    await service.stop()
+                self.sessions -= 1
+                if self.once and self.sessions == 0:
+                    self.ended.set()
+            return websocket
+
+    class ClosingAppService(AppService):
+        async def run(self) -> None:
+            await super().run()
+            await self.remote_close()
+
+    return TokenServer()
+
+
+async def _serve(server: Any, sock: socket.socket, token: str) -> None:
+    from aiohttp import web
+
+    app = await server._make_app()
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.SockSite(runner, sock, shutdown_timeout=2.0)
+    await site.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, server.finish)
+    loop.add_reader(0, lambda: stop.set() if not os.read(0, 4096) else None)
+    print(json.dumps({"port": sock.getsockname()[1], "path": f"/{token}/"}), flush=True)
+    os.dup2(2, 1)  # no one reads our stdout from now on: what an app leaves there goes to stderr
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.ended.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="backstep-serve")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--title", default="backstep")
+    parser.add_argument("--once", action="store_true",
+                        help="end when the last browser session ends")
+    parser.add_argument("command", help="the UI's argv, as a JSON list")
+    args = parser.parse_args(argv)
+    token = os.environ.pop(ENV_TOKEN, "")
+    if len(token) < 16:
+        print(f"backstep serve: {ENV_TOKEN} is not set", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.create_server((args.host, args.port), family=family)
+    server = make_server(json.loads(args.command), token, args.title, args.once)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(server, sock, token))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
