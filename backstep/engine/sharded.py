@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 FSDP_POST_BACKWARD = "RegisterPostBackwardFunctionBackward"
+DTENSOR_REDISTRIBUTE = "RedistributeBackward"  # Redistribute's node: its ctx keeps current_spec
+_COMM_NODES = frozenset({FSDP_POST_BACKWARD, DTENSOR_REDISTRIBUTE})
 _FSDP_MODULE = "torch.distributed.fsdp._fully_shard._fully_shard"
 _DTENSOR_MODULE = "torch.distributed.tensor"
 _MAX_MODULES = 100_000  # a frame's model walked for FSDP roots: never without end
@@ -163,26 +165,35 @@ def _states_in_frames(frame: Any) -> list[Any]:
 
 
 def comm_points(nodes: list[Any], names: list[str]) -> dict[int, str]:
-    """Index -> ``comm_label`` for the nodes where FSDP communicates ({} without FSDP)."""
-    if _FSDP_MODULE not in sys.modules:
+    """Index -> ``comm_label`` for the nodes where FSDP or DTensor communicate ({} when
+    neither was imported)."""
+    if _FSDP_MODULE not in sys.modules and _DTENSOR_MODULE not in sys.modules:
         return {}
     out = {}
     for i, name in enumerate(names):
-        if name == FSDP_POST_BACKWARD:
-            label = comm_label(nodes[i])
+        if name in _COMM_NODES:
+            label = comm_label(nodes[i], name)
             if label is not None:
                 out[i] = label
     return out
 
 
-def comm_label(node: Any) -> str | None:
-    """What FSDP communicates at this node, in words, else None."""
-    group = post_backward_group(node)
-    if group is None:
+def comm_label(node: Any, name: str) -> str | None:
+    """What FSDP or DTensor communicates at this node, in words, else None."""
+    try:
+        if name == FSDP_POST_BACKWARD:
+            group = getattr(node, "param_group", None)
+            if group is None:
+                return None
+            module = getattr(group, "_module_fqn", None)
+            where = f" of {module}" if isinstance(module, str) and module else ""
+            return f"FSDP post-backward{where}: reduce-scatter of its gradients into the shards"
+        placements = getattr(getattr(node, "current_spec", None), "placements", None) or ()
+        to = ", ".join(placement_text(p) for p in placements)
+        return (f"DTensor redistribute of the gradient{' to ' + to if to else ''}"
+                " (a collective where the placement changes)")
+    except Exception:  # noqa: BLE001 - a label is informative only
         return None
-    module = getattr(group, "_module_fqn", None)
-    where = f" of {module}" if isinstance(module, str) and module else ""
-    return f"FSDP post-backward{where}: reduce-scatter of its gradients into the shards"
 
 
 def as_local(grads: tuple) -> tuple:

@@ -167,6 +167,9 @@ class GraphPanel(LightTree[Row]):
             name, leaf = name_and_leaf(name, info.leaf, room)
             room -= len(name) + 1 + len(leaf)
         text.append(name, style="bold reverse" if state == "current" else "")
+        if info is not None and info.comm and room >= 2:  # communication happens here
+            text.append(" ⇄", style="bold magenta")
+            room -= 2
         if info is not None and info.leaf:
             text.append(f" {leaf}", style="green")
         node_id = f" #{row.node}"
