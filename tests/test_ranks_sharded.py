@@ -31,6 +31,7 @@ pytestmark = [
 # collectives the backward issued (torch's profiler sees each one), then a digest of the weights.
 COMMON = """\
 import hashlib
+import os
 import torch
 import torch.distributed as dist
 
@@ -38,6 +39,9 @@ def digest(tensors):
     return hashlib.sha256(repr([t.flatten().tolist() for t in tensors]).encode()).hexdigest()[:12]
 
 def backward(loss):
+    if not os.environ.get("COUNT_COMMS"):  # the profiler's own lines would crowd the UI
+        loss.backward()
+        return -1
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         loss.backward()
     return sum(e.name.startswith("gloo:") for e in prof.events())
@@ -106,7 +110,8 @@ TP = COMMON + textwrap.dedent(
     """
 )
 
-LINE = re.compile(r"rank \d (?:step \d grads [0-9a-f]{12} comms \d+|weights [0-9a-f]{12})")
+LINE = re.compile(r"rank \d (?:step \d grads [0-9a-f]{12} comms -?\d+|weights [0-9a-f]{12})")
+COUNTING = {**ENV, "COUNT_COMMS": "1"}
 
 
 def project(tmp_path: Path, script: str) -> Path:
@@ -116,14 +121,14 @@ def project(tmp_path: Path, script: str) -> Path:
     return tmp_path
 
 
-def plain_lines(cwd: Path) -> list[str]:
+def plain_lines(cwd: Path, env: dict[str, str] = COUNTING) -> list[str]:
     """The job without backstep or torchrun: two pythons with torchrun's environment."""
     for _ in range(3):  # torch's own abort at exit (test_ranks_torchrun.EXIT_ABORT): again
         port = str(free_port())
         ranks = [subprocess.Popen(
             [sys.executable, "-u", "-m", "pkg.train"], cwd=cwd, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
-            env={**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(r),
+            env={**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(r),
                  "LOCAL_RANK": str(r), "WORLD_SIZE": "2"}) for r in (0, 1)]
         codes, found, errors = [], [], ""
         for process in ranks:
@@ -142,7 +147,7 @@ def traced(cwd: Path) -> list[list[dict[str, Any]]]:
     """``backstep trace`` under torchrun, checked against the plain job; each rank's events."""
     plain = plain_lines(cwd)
     result = subprocess.run([*TORCHRUN, "-m", "backstep", "trace", "-o", "t.jsonl",
-                             "-m", "pkg.train"], cwd=cwd, env=ENV, capture_output=True,
+                             "-m", "pkg.train"], cwd=cwd, env=COUNTING, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # same gradients, weights and number of collectives: backstep issued none of its own
@@ -222,3 +227,37 @@ def test_tensor_parallel_gradients_are_summarised_as_local_shards(tmp_path: Path
     diff = subprocess.run([sys.executable, "-m", "backstep", "diff", "t.rank0.jsonl",
                            "t.rank1.jsonl"], cwd=cwd, capture_output=True, text=True, timeout=60)
     assert diff.returncode == 1, diff.stdout + diff.stderr
+
+
+def test_run_steps_an_fsdp2_rank_while_the_other_records(tmp_path: Path) -> None:
+    """``run --rank 0``: rank 0 stops in the UI, leaves named, the post-backward marked; rank 1
+    records meanwhile. No collective of backstep's own: the ranks would hang on it."""
+    from tests.test_ranks_torchrun import descendants
+    from tests.test_run_e2e import Pty, alive
+
+    cwd = project(tmp_path, FSDP)
+    plain = plain_lines(cwd, ENV)
+    ui = Pty([*TORCHRUN[1:], "-m", "backstep", "run", "--rank", "0", "--trace-others",
+              "o.jsonl", "pkg/train.py"], cwd)
+    try:
+        screen = ui.expect(r"stopped: start of pass before SumBackward0", 180)
+        assert "layers.2.bias" in screen and screen.count("FunctionBackward ⇄") == 2
+        processes = descendants(ui.pid)
+        ui.press("c")
+        ui.expect(r"pass 2 .*stopped: start of pass", 60)
+        ui.press("c")
+        ui.expect(r"script exited with code 0", 60)
+        for line in plain:
+            if line.startswith("rank 0"):
+                ui.expect(re.escape(line), 30)  # rank 0's output, in the UI's console
+        raw = ui.raw.decode(errors="replace")
+        assert [line for line in plain if line.startswith("rank 1") and line not in raw] == []
+        ui.press("q")
+        assert ui.wait(60) == 0
+        assert [pid for pid in processes if alive(pid)] == [], "orphans left behind"
+        events = [expand(json.loads(line))
+                  for line in (cwd / "o.rank1.jsonl").read_text().splitlines()]
+        accumulated = [e for e in events if e["event"] == "accumulate"]
+        assert len(accumulated) == 12 and all(e["after"]["shard"] for e in accumulated)
+    finally:
+        ui.kill()
