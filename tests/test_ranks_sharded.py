@@ -49,6 +49,9 @@ def backward(loss):
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
+if os.environ.get("ATTACH"):  # as a user arms backstep in their own script
+    import backstep
+    backstep.attach(trace=os.environ["ATTACH"])
 """
 
 FSDP = COMMON + textwrap.dedent(
@@ -261,3 +264,20 @@ def test_run_steps_an_fsdp2_rank_while_the_other_records(tmp_path: Path) -> None
         assert len(accumulated) == 12 and all(e["after"]["shard"] for e in accumulated)
     finally:
         ui.kill()
+
+
+def test_attach_records_each_fsdp2_rank_as_trace_does(tmp_path: Path) -> None:
+    cwd = project(tmp_path, FSDP)
+    plain = plain_lines(cwd)
+    result = subprocess.run([*TORCHRUN, "-m", "pkg.train"], cwd=cwd, capture_output=True,
+                            env={**COUNTING, "ATTACH": "a.jsonl"}, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(LINE.findall(result.stdout)) == plain
+    for rank in (0, 1):
+        events = [expand(json.loads(line))
+                  for line in (cwd / f"a.rank{rank}.jsonl").read_text().splitlines()]
+        accumulated = [e for e in events if e["event"] == "accumulate"]
+        assert sorted({e["leaf"] for e in accumulated}) == sorted(
+            f"model.layers.{i}.{kind}" for i in range(3) for kind in ("weight", "bias"))
+        assert len(accumulated) == 12
+        assert all(e["after"]["shard"]["placements"] == ["Shard(0)"] for e in accumulated)

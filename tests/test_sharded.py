@@ -145,3 +145,14 @@ def test_no_fsdp_means_no_search(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, sharded._FSDP_MODULE, raising=False)
     assert sharded.fsdp_leaves({0: torch.zeros(1)}, [], sys._getframe()) == {}
     assert sharded.comm_points([], []) == {}
+
+
+def test_the_fsdp_and_dtensor_names_read_are_in_this_torch() -> None:
+    import torch.distributed.fsdp._fully_shard._fsdp_param_group  # noqa: F401
+    import torch.distributed.tensor._redistribute  # noqa: F401
+
+    from backstep.engine.torch_api import OPTIONAL, missing_names
+
+    names = [n for n in OPTIONAL if n.startswith(("torch.distributed.fsdp",
+                                                  "torch.distributed.tensor"))]
+    assert len(names) == 4 and missing_names(torch, names) == []
