@@ -11,7 +11,15 @@ Measured on torch 2.13, 2 gloo ranks, ``fully_shard`` per layer and on the root:
   ``post_backward``, the reduce-scatter that turns the unsharded gradients into sharded
   ``.grad`` DTensors. The first module's group has no such node (its inputs need no gradient):
   the root's final callback reduces it after the last node;
-- the pre-backward all-gather is a tensor hook on each module's outputs, not a node.
+- the pre-backward all-gather is a tensor hook on each module's outputs, not a node;
+- ``p.register_hook`` on the DTensor parameter never fires; its
+  ``register_post_accumulate_grad_hook`` does (FSDP calls it after the reduce-scatter).
+Tensor parallelism (``parallelize_module``, Colwise/Rowwise): the leaves are the DTensor
+parameters themselves, the gradients flowing through nodes are DTensors, and
+``RedistributeBackward`` (``Redistribute``'s node, ctx ``current_spec``) is where a gradient may
+be all-reduced or gathered. Before this module, a DTensor summary ran DTensor ops: 3 extra gloo
+collectives per pass in the two-rank test, symmetric there, a hang wherever one rank records and
+the other does not.
 
 So an FSDP leaf's ``.grad`` before and after is the sharded parameter's, read at pass start and
 at pass end (after the reduce-scatters), where its ``register_post_accumulate_grad_hook`` would
