@@ -46,12 +46,23 @@ def backward(loss):
         loss.backward()
     return sum(e.name.startswith("gloo:") for e in prof.events())
 
+def report(step, grads, comms, opt):
+    print(f"rank {rank} step {step} grads {digest(grads)} comms {comms}", flush=True)
+    opt.step()
+    opt.zero_grad()
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
 if os.environ.get("ATTACH"):  # as a user arms backstep in their own script
     import backstep
     backstep.attach(trace=os.environ["ATTACH"])
+"""
+
+END = """\
+print(f"rank {rank} weights {digest([p.detach().to_local() for p in model.parameters()])}")
+del model, opt
+dist.destroy_process_group()
 """
 
 FSDP = COMMON + textwrap.dedent(
@@ -79,15 +90,9 @@ FSDP = COMMON + textwrap.dedent(
         torch.manual_seed(1 + 10 * step + rank)  # each rank its own data: the reduction matters
         loss = model(torch.randn(3, 4)).pow(2).sum()
         comms = backward(loss)
-        grads = digest([p.grad.to_local() for p in model.parameters()])
-        print(f"rank {rank} step {step} grads {grads} comms {comms}", flush=True)
-        opt.step()
-        opt.zero_grad()
-    print(f"rank {rank} weights {digest([p.detach().to_local() for p in model.parameters()])}")
-    del model, opt
-    dist.destroy_process_group()
+        report(step, [p.grad.to_local() for p in model.parameters()], comms, opt)
     """
-)
+) + END
 
 TP = COMMON + textwrap.dedent(
     """\
@@ -103,15 +108,9 @@ TP = COMMON + textwrap.dedent(
         torch.manual_seed(1 + 10 * step)  # tensor parallel: every rank sees the same batch
         x = torch.randn(3, 4, requires_grad=True)  # its gradient is all-reduced in backward
         comms = backward(model(x).pow(2).sum())
-        grads = digest([x.grad] + [p.grad.to_local() for p in model.parameters()])
-        print(f"rank {rank} step {step} grads {grads} comms {comms}", flush=True)
-        opt.step()
-        opt.zero_grad()
-    print(f"rank {rank} weights {digest([p.detach().to_local() for p in model.parameters()])}")
-    del model, opt
-    dist.destroy_process_group()
+        report(step, [x.grad] + [p.grad.to_local() for p in model.parameters()], comms, opt)
     """
-)
+) + END
 
 LINE = re.compile(r"rank \d (?:step \d grads [0-9a-f]{12} comms -?\d+|weights [0-9a-f]{12})")
 COUNTING = {**ENV, "COUNT_COMMS": "1"}
