@@ -143,7 +143,7 @@ def test_no_fsdp_means_no_search(monkeypatch: pytest.MonkeyPatch) -> None:
     from backstep.engine import sharded
 
     monkeypatch.delitem(sys.modules, sharded._FSDP_MODULE, raising=False)
-    assert sharded.fsdp_leaves({0: torch.zeros(1)}, [], sys._getframe()) == {}
+    assert sharded.fsdp_leaves({0: torch.zeros(1)}, [], [], sys._getframe()) == {}
     assert sharded.comm_points([], []) == {}
 
 
@@ -156,3 +156,33 @@ def test_the_fsdp_and_dtensor_names_read_are_in_this_torch() -> None:
     names = [n for n in OPTIONAL if n.startswith(("torch.distributed.fsdp",
                                                   "torch.distributed.tensor"))]
     assert len(names) == 4 and missing_names(torch, names) == []
+
+
+def sharded_loss() -> torch.Tensor:
+    """An FSDP2 model's loss, the model held by nothing but the graph (no variable names it)."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(3)])
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    return model(torch.randn(3, 4)).pow(2).sum()
+
+
+def test_fsdp_leaves_are_named_from_the_graph_when_no_variable_holds_the_model(mesh: Any) -> None:
+    from backstep.engine.capture import Capture
+    from backstep.engine.recorder import ListRecorder
+    from tests.test_engine_fidelity import captured
+
+    recorder = ListRecorder()
+    loss = sharded_loss()
+    with captured(Capture(recorder)):
+        loss.backward()
+    events = recorder.events
+    begin = next(e for e in events if e["event"] == "pass_begin")
+    leaves = [n["leaf"] for n in begin["nodes"] if n["name"] == "AccumulateGrad"]
+    # FSDP's own names (under the root), the first layer's too: its group has no node here
+    assert sorted(leaves) == sorted(f"{i}.{k}" for i in range(3) for k in ("weight", "bias"))
+    after = [e["after"] for e in events if e["event"] == "accumulate"]
+    assert len(after) == 6 and all(a["shard"]["placements"] == ["Shard(0)"] for a in after)

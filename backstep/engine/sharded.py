@@ -93,54 +93,45 @@ class FsdpLeaf:
         self.fqn = fqn  # its name under the FSDP root (``layers.0.weight``), when FSDP knows it
 
 
-def fsdp_leaves(variables: dict[int, Any], nodes: Iterable[Any], frame: Any) -> dict[int, FsdpLeaf]:
+def fsdp_leaves(variables: dict[int, Any], nodes: list[Any], names: list[str],
+                frame: Any) -> dict[int, FsdpLeaf]:
     """For the leaves ``variables`` (index -> AccumulateGrad's tensor), those that are FSDP's
     unsharded parameters: index -> ``FsdpLeaf``. FSDP's parameters are found through the
-    graph's post-backward nodes and the FSDP modules in the calling frames. Never raises."""
+    graph's post-backward nodes (a node's group knows its modules, and an FSDP module its whole
+    tree), else through the FSDP modules in the calling frames. Never raises."""
     if _FSDP_MODULE not in sys.modules or not variables:
         return {}
     try:
-        by_unsharded: dict[int, Any] = {}
-        for fsdp_param in _fsdp_params(nodes, frame):
-            unsharded = getattr(fsdp_param, "__dict__", {}).get("_unsharded_param")
-            if unsharded is not None:
-                by_unsharded[id(unsharded)] = fsdp_param
-        out = {}
-        for i, variable in variables.items():
-            fsdp_param = by_unsharded.get(id(variable))
-            if fsdp_param is not None and fsdp_param._unsharded_param is variable:
-                fqn = getattr(fsdp_param, "_param_fqn", None)
-                out[i] = FsdpLeaf(fsdp_param.sharded_param, fqn if isinstance(fqn, str) else None)
+        modules = [m for node, name in zip(nodes, names, strict=True)
+                   if name == FSDP_POST_BACKWARD
+                   for m in getattr(getattr(node, "param_group", None), "modules", ())]
+        out = _match(variables, _states(modules))
+        if len(out) < len(variables):
+            out.update(_match(variables, _states_in_frames(frame)))
         return out
     except Exception:  # noqa: BLE001 - naming is informative only
         return {}
 
 
-def _fsdp_params(nodes: Iterable[Any], frame: Any) -> list[Any]:
-    groups: dict[int, Any] = {}
-    for node in nodes:
-        group = post_backward_group(node)
-        if group is not None:
-            groups[id(group)] = group
-    for state in _states_in_frames(frame):
+def _match(variables: dict[int, Any], states: list[Any]) -> dict[int, FsdpLeaf]:
+    by_unsharded: dict[int, Any] = {}
+    for state in states:
         for group in getattr(state, "_fsdp_param_groups", None) or ():
-            groups[id(group)] = group
-    return [p for group in groups.values() for p in getattr(group, "fsdp_params", ())]
-
-
-def post_backward_group(node: Any) -> Any:
-    """The ``FSDPParamGroup`` a ``RegisterPostBackwardFunctionBackward`` node reduces, else None."""
-    try:
-        if node.name() != FSDP_POST_BACKWARD:
-            return None
-        return getattr(node, "param_group", None)
-    except Exception:  # noqa: BLE001
-        return None
+            for fsdp_param in getattr(group, "fsdp_params", ()):
+                unsharded = getattr(fsdp_param, "__dict__", {}).get("_unsharded_param")
+                if unsharded is not None:
+                    by_unsharded[id(unsharded)] = fsdp_param
+    out = {}
+    for i, variable in variables.items():
+        fsdp_param = by_unsharded.get(id(variable))
+        if fsdp_param is not None and fsdp_param._unsharded_param is variable:
+            fqn = getattr(fsdp_param, "_param_fqn", None)
+            out[i] = FsdpLeaf(fsdp_param.sharded_param, fqn if isinstance(fqn, str) else None)
+    return out
 
 
 def _states_in_frames(frame: Any) -> list[Any]:
-    """Every FSDP state of the FSDP roots that the frames' modules hold (each root's shared
-    context lists all of its tree's states)."""
+    """Every FSDP state of the FSDP trees that the frames' modules hold."""
     from backstep.engine import naming
 
     fsdp = sys.modules.get(_FSDP_MODULE)
@@ -153,22 +144,31 @@ def _states_in_frames(frame: Any) -> list[Any]:
         modules += [item for _, item in naming.container_items("", value)
                     if isinstance(item, torch.nn.Module)]
     modules += [o for o in owners if isinstance(o, torch.nn.Module)]
-    states: dict[int, Any] = {}
+    found: list[Any] = []
     seen: set[int] = set()
     budget = _MAX_MODULES
     for top in modules:
         for module in top.modules():
             budget -= 1
             if budget < 0:
-                return list(states.values())
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            if isinstance(module, cls):
-                state = module._get_fsdp_state()
-                context = getattr(state, "_state_ctx", None)
-                for each in getattr(context, "all_states", None) or [state]:
-                    states[id(each)] = each
+                return _states(found)
+            if id(module) not in seen:
+                seen.add(id(module))
+                if isinstance(module, cls):
+                    found.append(module)
+    return _states(found)
+
+
+def _states(modules: Iterable[Any]) -> list[Any]:
+    """The FSDP states of the trees these FSDP modules belong to, each once."""
+    states: dict[int, Any] = {}
+    for module in modules:
+        state = module._get_fsdp_state()
+        if id(state) in states:
+            continue
+        context = getattr(state, "_state_ctx", None)
+        for each in getattr(context, "all_states", None) or [state]:
+            states[id(each)] = each
     return list(states.values())
 
 

@@ -283,7 +283,7 @@ class Capture(Hooks, Output, TensorValues):
         if not wanted:
             return
         frame = naming.user_frame(sys._getframe(1))
-        fsdp = sharded.fsdp_leaves(leaves, graph.nodes, frame)
+        fsdp = sharded.fsdp_leaves(leaves, graph.nodes, graph.names, frame)
         for leaf in fsdp.values():
             wanted[id(leaf.param)] = leaf.param
         found = naming.find_names(wanted, frame)
