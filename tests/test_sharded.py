@@ -186,3 +186,30 @@ def test_fsdp_leaves_are_named_from_the_graph_when_no_variable_holds_the_model(m
     assert sorted(leaves) == sorted(f"{i}.{k}" for i in range(3) for k in ("weight", "bias"))
     after = [e["after"] for e in events if e["event"] == "accumulate"]
     assert len(after) == 6 and all(a["shard"]["placements"] == ["Shard(0)"] for a in after)
+
+
+def test_a_root_only_fsdp_model_is_found_through_the_frames(mesh: Any) -> None:
+    """One ``fully_shard`` on the root: no post-backward node in the graph (the input needs no
+    gradient), so the model is found where the caller holds it, and named as it is there."""
+    from torch.distributed.fsdp import fully_shard
+
+    from backstep.engine.capture import Capture
+    from backstep.engine.recorder import ListRecorder
+    from tests.test_engine_fidelity import captured
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh())
+    fully_shard(net)
+    recorder = ListRecorder()
+    loss = net(torch.randn(3, 4)).sum()
+    with captured(Capture(recorder)):
+        loss.backward()
+    begin = next(e for e in recorder.events if e["event"] == "pass_begin")
+    assert "RegisterPostBackwardFunctionBackward" not in {n["name"] for n in begin["nodes"]}
+    assert sorted(n["leaf"] for n in begin["nodes"] if n["name"] == "AccumulateGrad") == [
+        "net.0.bias", "net.0.weight"]
+    # (while the root stays unsharded after forward, the module holds FSDP's unsharded copy:
+    # the names alone do not tell that FSDP was found; the sharded .grad does)
+    after = {e["leaf"]: e["after"] for e in recorder.events if e["event"] == "accumulate"}
+    assert after["net.0.weight"]["shard"] == {"placements": ["Shard(0)"], "global_shape": [2, 4]}
+    assert after["net.0.bias"]["shape"] == [2] and "shard" in after["net.0.bias"]

@@ -138,12 +138,7 @@ def _states_in_frames(frame: Any) -> list[Any]:
     cls = getattr(fsdp, "FSDPModule", None)
     if cls is None:
         return []
-    variables, owners = naming._variables(naming._user_frames(frame))
-    modules = [v for _, v in variables if isinstance(v, torch.nn.Module)]
-    for _, value in variables:
-        modules += [item for _, item in naming.container_items("", value)
-                    if isinstance(item, torch.nn.Module)]
-    modules += [o for o in owners if isinstance(o, torch.nn.Module)]
+    modules = [v for v in naming.held_values(frame) if isinstance(v, torch.nn.Module)]
     found: list[Any] = []
     seen: set[int] = set()
     budget = _MAX_MODULES
