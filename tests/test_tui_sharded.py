@@ -57,3 +57,6 @@ async def test_communication_is_marked_and_shards_are_said_to_be_local() -> None
         text = screen_text(app)
         assert ".grad at pass end (this rank's shard)" in text
         assert "Shard(0) local [2, 4] of [4, 4]" in text
+        await pilot.press("F")
+        await settle(pilot)
+        assert "Gradient flow · local shards" in screen_text(app)
