@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
+from backstep.engine.sharded import as_local
 
 FORCE = False  # check CPU tensors the deferred way (tests)
 EVENT: Any = None  # a factory for events (tests); None: torch.cuda.Event, or ready at once on CPU
@@ -95,7 +96,7 @@ class GradientChecks:
         values: list[torch.Tensor] = []
         kinds: list[tuple[int, bool, bool]] = []
         with torch.no_grad():
-            for k, g in enumerate(grad_inputs):
+            for k, g in enumerate(as_local(grad_inputs)):
                 if g is None or g.dtype not in CHECKED or g.is_meta:
                     continue
                 try:
@@ -153,7 +154,7 @@ def _evaluate(bp: Any, check: _Check) -> Trip | None:
             total = values[position]
             position += 1
             if not math.isfinite(total):
-                g = check.grad_inputs[k]
+                g = as_local((check.grad_inputs[k],))[0]
                 bad = int(transfers.read(torch.isfinite(g).logical_not_().sum()))
                 if bad:
                     return Trip(check, "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values")

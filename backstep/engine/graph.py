@@ -108,10 +108,12 @@ class Graph:
             "module": metadata.get(MODULE_KEY),
         }
 
-    def describe_all(self, leaf_names: dict[int, str]) -> tuple[list[dict[str, Any]], str]:
+    def describe_all(self, leaf_names: dict[int, str], comms: dict[int, str] | None = None,
+                     ) -> tuple[list[dict[str, Any]], str]:
         """Every node as ``describe`` gives it, and the text of its ``"sources"`` and
         ``"nodes"`` as a trace file writes them (``trace_form.compact_event``): each distinct
-        source once, nodes naming theirs by index, null leaf, source and module left out."""
+        source once, nodes naming theirs by index, null leaf, source and module left out.
+        ``comms``: index -> where a node communicates (``sharded.comm_label``), as ``"comm"``."""
         ids, names, edges = self.ids, self.names, self.edges
         dicts: list[dict[str, Any]] = []
         texts: list[str] = []
@@ -139,6 +141,9 @@ class Graph:
                 text += f',"source":{hit[1]}'
             if module is not None:
                 text += f',"module":{str_text(module)}'
+            if comms and i in comms:
+                dicts[-1]["comm"] = comms[i]
+                text += f',"comm":{str_text(comms[i])}'
             texts.append(text + "}")
         table = ('"sources":[' + ",".join(where) + "],") if where else ""
         return dicts, table + '"nodes":[' + ",".join(texts) + "]"

@@ -83,6 +83,16 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     return found
 
 
+def held_values(frame: Any) -> list[Any]:
+    """What ``find_names`` looks through: the values of the variables of ``frame`` and its
+    callers (the items of plain containers too), then their ``self`` objects."""
+    variables, owners = _variables(_user_frames(frame))
+    values = [value for _, value in variables]
+    for _, value in variables:
+        values += [item for _, item in container_items("", value)]
+    return values + owners
+
+
 def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
     """The frames' plain variables in naming order, and their ``self`` objects (innermost
     first). Plain containers of modules, from any frame, come first: ``layers[1]`` names a

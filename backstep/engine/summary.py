@@ -20,6 +20,7 @@ import torch
 
 from backstep.engine import summary_device, transfers
 from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat  # noqa: F401
+from backstep.engine.sharded import local_shard
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
@@ -97,6 +98,9 @@ def summarize(t: Any, hist: bool = False) -> dict[str, Any] | None:
     if slot is None:
         return None
     out = batch.compute()[slot]
+    shard = local_shard(t)
+    if shard is not None:
+        t = shard[0]  # the histogram of this rank's piece, as the summary is
     if hist and out is not None:
         counts = _histogram(t, out)
         if counts is not None:
@@ -205,7 +209,8 @@ class SummaryBatch:
     rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host", "_done")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host", "_done",
+                 "_shards")
 
     def __init__(self) -> None:
         self._tensors: list[torch.Tensor | None] = []  # None: in ``_host``, or reduced already
@@ -215,6 +220,7 @@ class SummaryBatch:
         self._device_held = 0
         self._host: dict[torch.dtype, Any] = {}  # host tensors by dtype (summary_host.HostGroup)
         self._done: dict[int, dict[str, Any]] = {}  # slot -> summary written by ``settle``
+        self._shards: dict[int, dict[str, Any]] = {}  # slot -> a DTensor's placement fields
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -253,6 +259,14 @@ class SummaryBatch:
     def _add(self, t: Any, key: int) -> int | None:
         if not isinstance(t, torch.Tensor):
             return None
+        if type(t) not in PLAIN:
+            shard = local_shard(t)
+            if shard is not None:  # this rank's piece: a global statistic needs a collective
+                local, fields = shard
+                slot = self._add(local, id(local))
+                if slot is not None:
+                    self._shards[slot] = fields
+                return slot
         slot = self._slots.get(key)
         if slot is None:
             if self._arrivals is not None:
@@ -325,6 +339,7 @@ class SummaryBatch:
         arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
         host, self._host = self._host, {}
         done, self._done = self._done, {}
+        shards, self._shards = self._shards, {}
         results: list[dict[str, Any] | None] = [None] * len(tensors)
         for i, summary in done.items():
             results[i] = summary
@@ -354,6 +369,9 @@ class SummaryBatch:
                                     results[i] = _failed_summary(shape, dtype)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
+        for i, fields in shards.items():  # a plain dict: the summary's text lacks the fields
+            if results[i] is not None:
+                results[i] = {**results[i], "shard": fields}
         return results
 
     @staticmethod

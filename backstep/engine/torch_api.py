@@ -70,6 +70,18 @@ OPTIONAL: dict[str, str] = {
         "mode back; left untagged without it",
     "torch._C._current_autograd_node":
         "provenance_modules: the line of the node that re-runs a forward (the checkpoint call)",
+    # FSDP2 and DTensor (engine/sharded.py), read only once the script imported them; without
+    # one, FSDP's leaves keep their leaf#N names and its nodes their bare names
+    "torch.distributed.fsdp.FSDPModule._get_fsdp_state":
+        "sharded: a fully_shard module's FSDPState, whose _state_ctx.all_states lists its "
+        "tree's states and each state's _fsdp_param_groups their .fsdp_params",
+    "torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.unsharded_param":
+        "sharded: FSDPParam's _unsharded_param (the AccumulateGrad node's tensor), with "
+        "sharded_param (the DTensor the model holds) and _param_fqn",
+    "torch.distributed.fsdp._fully_shard._fsdp_param_group.RegisterPostBackwardFunction":
+        "sharded: its node's ctx keeps param_group (._module_fqn), the reduce-scatter point",
+    "torch.distributed.tensor._redistribute.Redistribute":
+        "sharded: RedistributeBackward's ctx keeps current_spec, the placements it goes back to",
 }
 
 _PROBE_TIMEOUT = 300.0

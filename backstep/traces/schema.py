@@ -153,6 +153,10 @@ SUMMARY = obj({
     "values": list_of(VALUE, "list of values or null"),
     "hist": list_of(INT, "list of ints or null"),
     "note": STR_OR_NULL, "layout": STR_OR_NULL,
+    # a DTensor's: the summary is of this rank's local shard (engine/sharded.py)
+    "shard": obj({"placements": list_of(STR, "list of str or null"),
+                  "global_shape": list_of(INT, "list of ints or null")},
+                 "{placements, global_shape} or null"),
 }, "summary object or null")
 SUMMARIES = list_of(SUMMARY, "list of summaries or null")
 SAVED = list_of(obj({
@@ -167,7 +171,7 @@ SAVED = list_of(obj({
 }, "saved-tensor object", required=("name",), null=False), "list of saved tensors or null")
 NODE_INFO = obj({
     "id": INT, "name": STR, "next": list_of(INT_OR_NULL, "list of ids or null"),
-    "leaf": STR_OR_NULL, "source": SOURCE, "module": STR_OR_NULL,
+    "leaf": STR_OR_NULL, "source": SOURCE, "module": STR_OR_NULL, "comm": STR_OR_NULL,
 }, "node object", required=("id", "name"), null=False)
 IDS = list_of(INT, "list of ids or null")
 
@@ -188,7 +192,8 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
               "grad_outputs": SUMMARIES, "grad_inputs": SUMMARIES, "saved": SAVED,
               "error": STR_OR_NULL, "thread": STR_OR_NULL}, ("pass", "id", "name")),
     "accumulate": ({"pass": INT, "leaf": STR_OR_NULL, "id": INT_OR_NULL, "before": SUMMARY,
-                    "after": SUMMARY, "retained": BOOL_OR_NULL, "version": INT_OR_NULL},
+                    "after": SUMMARY, "retained": BOOL_OR_NULL, "version": INT_OR_NULL,
+                    "sharded": BOOL_OR_NULL},
                    ("pass",)),
     "pass_end": ({"pass": INT, "status": STR_OR_NULL, "error": STR_OR_NULL, "skipped": IDS},
                  ("pass",)),

@@ -11,7 +11,7 @@ fit; left / right move a cursor along them that gives the leaf's full name and n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -111,6 +111,9 @@ class FlowScreen(ModalScreen[None]):
         self.cursor = min(self.cursor, max(len(self.flows) - 1, 0))
         box = self.query_one("#flow-box")
         box.border_subtitle = f"{self.caption} · escape closes" if view else "escape closes"
+        sharded = view is not None and any(
+            isinstance(a.after, Mapping) and "shard" in a.after for a in view.accumulations())
+        box.border_title = "Gradient flow · local shards" if sharded else "Gradient flow"
         self._draw()
 
     def _draw(self) -> None:

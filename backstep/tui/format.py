@@ -197,8 +197,13 @@ def summary_lines(summary: Summary | None, width: int = 0, most: int = 2) -> lis
 def _summary_parts(summary: Summary, fields: Sequence[str]) -> list[Text]:
     """The summary's pieces, each kept whole on a line: the shape with its dtype and device,
     then one ``key value`` a statistic (or the one value), then the NaN/Inf count."""
-    head = Text().append(shape_text(summary.get("shape")), style="bold")  # spans, not a base
-    # style: a Text's own style would colour what is appended to it too
+    head = Text()  # spans, not a base style: a Text's own style colours what is appended too
+    shard = shard_text(summary)
+    if shard is not None:  # a DTensor's summary: of this rank's piece only
+        head.append(f"{shard[0]} local ", style="magenta")
+    head.append(shape_text(summary.get("shape")), style="bold")
+    if shard is not None:
+        head.append(f" of {shard[1]}", style="magenta")
     kind = " ".join(str(summary.get(key, "?")) for key in ("dtype", "device") if key in fields)
     if kind:
         head.append(f" {kind}", style="dim")
@@ -213,6 +218,18 @@ def _summary_parts(summary: Summary, fields: Sequence[str]) -> list[Text]:
     if isinstance(bad, int) and bad:
         parts.append(Text().append(f"{bad} NaN/Inf", style="bold white on red"))
     return parts
+
+
+def shard_text(summary: Summary) -> tuple[str, str] | None:
+    """``("Shard(0)", "[4, 4]")`` for the summary of a DTensor's local shard, else None."""
+    shard = summary.get("shard")
+    if not isinstance(shard, dict):
+        return None
+    placements = shard.get("placements")
+    if not isinstance(placements, list):
+        placements = []
+    return (", ".join(p for p in placements if isinstance(p, str)) or "shard",
+            shape_text(shard.get("global_shape")))
 
 
 def _wrap(parts: list[Text], width: int) -> list[Text]:

@@ -6,7 +6,7 @@ values from the debuggee on demand.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,8 @@ class GradientsPanel(OptionList):
             if focus.info.module:
                 where.append(f" in {focus.info.module}", style="cyan")
             specs.append(Option(where, id="where", disabled=True))
+        if focus.info.comm:  # FSDP's reduce-scatter, a DTensor redistribute: communication
+            specs.append(Option(Text(f"⇄ {focus.info.comm}", style="magenta"), disabled=True))
         reason = (self.reason(view.number, focus.node)
                   if self.reason is not None and view is not None and focus.node is not None
                   else None)
@@ -145,6 +147,11 @@ class GradientsPanel(OptionList):
         elif not record.grad_inputs and focus.info.leaf:
             specs.append(Option(Text(f"none: accumulated into {focus.info.leaf}.grad",
                                      style="dim italic"), disabled=True))
+            shard = sharded_grad(focus)
+            if shard is not None:  # FSDP: the .grad that counts is the reduce-scattered shard
+                specs.append(Option(Text(".grad at pass end (this rank's shard)", style="bold"),
+                                    disabled=True))
+                specs.append(Option(summary_line(shard), disabled=True))
         elif record.grad_inputs is not None:
             graph = focus.snapshot.pass_.graph if focus.snapshot.pass_ else None
             for i, summary in enumerate(record.grad_inputs):
@@ -239,3 +246,14 @@ class GradientsPanel(OptionList):
         name = focus.info.name if focus.info else "?"
         self.post_message(self.Open(focus.snapshot.pass_.number, focus.node, slot, int(index),
                                     f"{name} #{focus.node} {slot}[{index}]"))
+
+
+def sharded_grad(focus: Focus) -> Summary | None:
+    """The sharded ``.grad`` summary of the focused leaf, once its pass has reported it."""
+    view = focus.snapshot.pass_
+    if view is None or focus.info is None:
+        return None
+    for acc in view.accumulations():
+        if acc.id == focus.node and isinstance(acc.after, Mapping) and "shard" in acc.after:
+            return acc.after
+    return None

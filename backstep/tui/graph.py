@@ -154,7 +154,8 @@ class GraphPanel(LightTree[Row]):
         # what is left of the row for the leaf name and module path, which are cut from the left
         # (their tail is the informative part; the full names are in the Gradients panel); a row
         # is never wider than the panel, so nothing is cut at the right (never at both ends)
-        room = self._room(row, indent) - len(glyph) - 1 - len(name) - len(line)
+        mark = " ⇄" if info is not None and info.comm else ""  # communication happens here
+        room = self._room(row, indent) - len(glyph) - 1 - len(name) - len(line) - len(mark)
         wants = 1 + min(len(info.leaf), LEAF_ROOM) if info is not None and info.leaf else 0
         if room < wants and line:  # the source line goes first (it is in the Source panel)
             room += len(line)
@@ -167,6 +168,7 @@ class GraphPanel(LightTree[Row]):
             name, leaf = name_and_leaf(name, info.leaf, room)
             room -= len(name) + 1 + len(leaf)
         text.append(name, style="bold reverse" if state == "current" else "")
+        text.append(mark, style="bold magenta")
         if info is not None and info.leaf:
             text.append(f" {leaf}", style="green")
         node_id = f" #{row.node}"

@@ -231,6 +231,8 @@ class LeavesPanel(RowList):
             if inputs[i] != self._inputs[i]:
                 self.refresh_row(i)
         log = " · log scale" if scale.log else ""
+        if any(isinstance(a.after, Mapping) and "shard" in a.after for a in accs.values()):
+            log += " · local shards"  # FSDP/DTensor: this rank's, never a global statistic
         set_title(self, f"Leaves (.grad) · {len(accs)}/{len(names)} accumulated{log}")
 
     def text_of(self, index: int) -> Text:

@@ -108,6 +108,7 @@ class NodeInfo(NamedTuple):
     source: Summary | None = None
     module: str | None = None
     saved_bytes: int | None = None
+    comm: str | None = None  # where FSDP or DTensor communicate (``engine/sharded.py``)
 
 
 _ID_TYPES = frozenset({int, type(None)})  # what a node's ``next`` holds, as written
@@ -266,13 +267,14 @@ class Graph:
             else:
                 nexts = tuple([n if type(n) is int else None for n in nxt])
             name, leaf, module = raw.get("name", "?"), raw.get("leaf"), raw.get("module")
-            size, source = raw.get("saved_bytes"), raw.get("source")
+            size, source, comm = raw.get("saved_bytes"), raw.get("source"), raw.get("comm")
             nodes[node_id] = make(NodeInfo, (
                 node_id, name if type(name) is str else str(name), nexts,
                 leaf if type(leaf) is str else None,
                 MappingProxyType(source) if type(source) is dict else None,
                 module if type(module) is str else None,
-                size if type(size) is int else None))
+                size if type(size) is int else None,
+                comm if type(comm) is str else None))
         reached = frozenset(chain.from_iterable(info.next for info in nodes.values()))
         root_ids = tuple(r for r in _tuple(roots) if isinstance(r, int) and r in nodes)
         if not root_ids:

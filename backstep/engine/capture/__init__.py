@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine import naming
+from backstep.engine import naming, sharded
 from backstep.engine.capture.hooks import Hooks, gradient_trip
 from backstep.engine.capture.output import Output
 from backstep.engine.capture.passes import (
@@ -210,7 +210,7 @@ class Capture(Hooks, Output, TensorValues):
             self._annotate(p)
         if p.record:
             for i in p.before:
-                variable = graph.nodes[i].variable
+                variable = p.shards[i] if i in p.shards else graph.nodes[i].variable
                 if variable.grad is not None:
                     p.before[i] = p.batch.add(variable.grad)
             p.retained = self._retained_in(p)
@@ -243,7 +243,8 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
-        nodes, listing_text = graph.describe_all(p.leaf_names)
+        nodes, listing_text = graph.describe_all(p.leaf_names, sharded.comm_points(graph.nodes,
+                                                                              graph.names))
         event = Encoded({
             "event": "pass_begin",
             "pass": p.number,
@@ -281,9 +282,18 @@ class Capture(Hooks, Output, TensorValues):
                 p.before[i] = None
         if not wanted:
             return
-        found = naming.find_names(wanted, naming.user_frame(sys._getframe(1)))
+        frame = naming.user_frame(sys._getframe(1))
+        fsdp = sharded.fsdp_leaves(leaves, graph.nodes, graph.names, frame)
+        for leaf in fsdp.values():
+            wanted[id(leaf.param)] = leaf.param
+        found = naming.find_names(wanted, frame)
         for i, variable in leaves.items():
-            p.leaf_names[i] = found.get(id(variable)) or naming.fallback_name(graph.ids[i], variable)
+            name = found.get(id(variable))
+            leaf = fsdp.get(i)
+            if leaf is not None:  # FSDP's unsharded copy: named, and shown, as the shard
+                p.shards[i] = leaf.param
+                name = name or found.get(id(leaf.param)) or leaf.fqn
+            p.leaf_names[i] = name or naming.fallback_name(graph.ids[i], variable)
 
     def _retained_in(self, p: Pass) -> list[tuple[Any, int, str, dict[str, Any] | None]]:
         out = []

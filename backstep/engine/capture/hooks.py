@@ -30,6 +30,7 @@ from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink
 from backstep.engine.saved import saved_record, saved_status
+from backstep.engine.sharded import as_local
 from backstep.engine.summary import summarize
 
 
@@ -140,7 +141,7 @@ class Hooks:
                 node = p.graph.nodes[i]
                 saved, saved_text = saved_record(node)
                 after = None
-                if p.leaf[i]:
+                if p.leaf[i] and i not in p.shards:  # a shard's .grad is read at pass end
                     variable = node.variable
                     after = (add(variable.grad), variable._version)
                 # a node run on another thread than its pass's (a CUDA device thread) says which
@@ -279,7 +280,8 @@ class Hooks:
                 p.record = True
                 for j in p.before:
                     if not p.ran[j]:
-                        p.before[j] = summarize(p.graph.nodes[j].variable.grad)
+                        leaf = p.shards[j] if j in p.shards else p.graph.nodes[j].variable
+                        p.before[j] = summarize(leaf.grad)
             self._ensure_hooks(p, pre=True, post=p.record)
         else:
             p.stepping = False
@@ -310,7 +312,7 @@ def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
     (except under create_graph, where the reductions are simply not needed for anything).
     """
     nonfinite, above = bp.nonfinite, bp.norm_above
-    for k, g in enumerate(grads):
+    for k, g in enumerate(as_local(grads)):
         if g is None or g.dtype not in _CHECKED_DTYPES:
             continue
         try:  # a meta tensor's .item() raises: nothing to check there

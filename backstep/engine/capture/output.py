@@ -160,6 +160,7 @@ class Output:
             p.held.clear()
             p.retained = []
             p.records = []
+            p.shards = {}
 
     def _finish(self, p: Pass, exc: BaseException | None) -> None:
         if not p.announced:
@@ -191,7 +192,16 @@ class Output:
             tensor = ref()
             if tensor is not None and p.ran[index]:
                 done.append((index, name, before, batch.add(tensor.grad)))
+        shards = []  # FSDP leaves: the sharded .grad, after the reduce-scatters of the pass
+        for index, param in p.shards.items():
+            if p.ran[index]:
+                shards.append((index, batch.add(param.grad)))
         summaries = batch.compute() if len(batch) else []
+        for index, slot in shards:
+            self._emit({"event": "accumulate", "pass": p.number, "leaf": p.leaf_names.get(index),
+                        "id": graph.ids[index], "before": p.before.get(index),
+                        "after": None if slot is None else summaries[slot], "retained": False,
+                        "sharded": True})
         for index, name, before, slot in done:
             self._emit(
                 {

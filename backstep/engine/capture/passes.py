@@ -39,6 +39,8 @@ class Pass:
         self.leaf_names: dict[int, str] = {}
         self.before: dict[int, dict[str, Any] | None] = {}  # leaf index -> .grad summary at start
         self.retained: list[tuple[Any, int, str, dict[str, Any] | None]] = []
+        # leaf index -> the sharded parameter an FSDP leaf's unsharded one stands for
+        self.shards: dict[int, Any] = {}
         self.stepping = False
         self.finishing = False
         self.record = False  # summaries and node events for every node

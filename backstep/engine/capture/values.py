@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from backstep.engine.capture.passes import Pass
+from backstep.engine.sharded import local_shard
 
 
 class TensorValues:
@@ -23,7 +24,11 @@ class TensorValues:
         index = request["index"]
         if not 0 <= index < len(group) or group[index] is None:
             raise LookupError("no gradient in that slot")
-        tensor = group[index].detach()
+        tensor = group[index]
+        shard = local_shard(tensor)
+        if shard is not None:  # this rank's piece: the whole would need a collective
+            tensor = shard[0]
+        tensor = tensor.detach()
         offset = request.get("offset", 0)
         limit = min(request.get("limit", 1000) or 1000, 10_000)
         flat = tensor.reshape(-1)[offset : offset + limit]
@@ -41,4 +46,5 @@ class TensorValues:
             "numel": tensor.numel(),
             "offset": offset,
             "values": values,
+            **({"shard": shard[1]} if shard is not None else {}),
         }
