@@ -6,26 +6,21 @@ no checkpoint recompute runs), the pass's leaves, the variables of the frame tha
 ``backward()`` (a copy: an assignment never rebinds the script's own names) and ``_``. It lives
 as long as the stop: statements persist until the pass resumes, then everything is let go.
 The answer crosses the channel as plain text (the UI never imports torch); an exception is its
-traceback, never the end of the pause. ``interrupt`` (the UI's ctrl+c) raises KeyboardInterrupt
-in the evaluating thread between two bytecodes; a single long kernel finishes first.
+traceback, never the end of the pause (``console_core`` runs the line, and interrupts it on the
+UI's ctrl+c).
 """
 
 from __future__ import annotations
 
-import ctypes
 import sys
-import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from backstep.console_core import INTERRUPTED, Evaluator, pretty
 from backstep.engine import naming
 from backstep.engine.grad_edits import GradEdits
-
-MAX_TEXT = 20_000  # characters of one answer
-MAX_LINES = 200
 
 
 class Unavailable:
@@ -93,20 +88,10 @@ def caller_frame(pass_thread: int | None) -> Any:
 
 def render(value: Any) -> str:
     """A value as text for the console panel: tensors with shape, dtype, device and truncated
-    values; anything else pretty-printed by rich; cut to MAX_LINES / MAX_TEXT."""
+    values; anything else pretty-printed by rich (``console_core``)."""
     if isinstance(value, torch.Tensor):
-        text = tensor_text(value)
-    else:
-        try:
-            from rich.pretty import pretty_repr
-
-            text = pretty_repr(value, max_width=100, max_length=32, max_string=2000)
-        except Exception:  # noqa: BLE001 - rich absent, or a repr that raises
-            try:
-                text = repr(value)
-            except Exception as exc:  # noqa: BLE001
-                text = f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
-    return clip_text(text)
+        return tensor_text(value)
+    return pretty(value)
 
 
 def tensor_text(t: torch.Tensor) -> str:
@@ -122,6 +107,8 @@ def tensor_text(t: torch.Tensor) -> str:
 
 
 class _print_options:
+    """torch's print options for one repr (a few values at each end), then put back."""
+
     def __enter__(self) -> None:
         self.saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
         torch.set_printoptions(threshold=200, edgeitems=3, linewidth=100)
@@ -130,26 +117,16 @@ class _print_options:
         torch._tensor_str.PRINT_OPTS.__dict__.update(self.saved)
 
 
-def clip_text(text: str) -> str:
-    lines = text.splitlines()
-    if len(lines) > MAX_LINES:
-        text = "\n".join(lines[:MAX_LINES]) + f"\n... ({len(lines) - MAX_LINES} more lines)"
-    if len(text) > MAX_TEXT:
-        text = text[:MAX_TEXT] + f"... ({len(text) - MAX_TEXT} more characters)"
-    return text
-
-
 class StopConsole:
-    """The namespace and the evaluator of one stop; ``close`` lets every value go."""
+    """The namespace and the evaluator of one stop, built at its first line; ``close`` lets
+    every value go."""
 
     def __init__(self, names: dict[str, Any], edits: GradEdits | None) -> None:
         self.names = names
         self.edits = edits
-        self.namespace: dict[str, Any] | None = None
-        self._thread: int | None = None  # ident while evaluating
-        self._lock = threading.Lock()
+        self.evaluator: Evaluator | None = None
 
-    def _build(self) -> dict[str, Any]:
+    def _build(self) -> Evaluator:
         frame = self.names.pop("__frame__", None)
         namespace: dict[str, Any] = {}
         if frame is not None:
@@ -159,80 +136,29 @@ class StopConsole:
         namespace.update(self.names)
         if self.edits is not None:
             namespace.update(self.edits.functions())
-        namespace.setdefault("__builtins__", __builtins__)
         namespace["_"] = None
-        return namespace
+        return Evaluator(namespace, render)
 
     def evaluate(self, source: str) -> tuple[bool, str]:
         """Run ``source`` (an expression, else statements); (ok, text to show)."""
-        if self.namespace is None:
-            self.namespace = self._build()
-        namespace = self.namespace
-        try:
-            code, is_expression = _compile(source)
-        except SyntaxError:
-            return False, clip_text("".join(traceback.format_exception_only(*sys.exc_info()[:2])))
-        try:
-            try:
-                with self._lock:
-                    self._thread = threading.get_ident()
-                if is_expression:
-                    value = eval(code, namespace)  # noqa: S307 - the person's own code, asked for
-                else:
-                    exec(code, namespace)  # noqa: S102
-                    value = None
-            finally:
-                self._settle()
-        except KeyboardInterrupt:
-            return False, "KeyboardInterrupt: the evaluation was interrupted (the pass is still paused)"
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the pause goes on
-            lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next
-                                               if exc.__traceback__ else None)
-            return False, clip_text("".join(lines).rstrip("\n"))
-        if not is_expression or value is None:
-            return True, ""
-        namespace["_"] = value
-        return True, render(value)
-
-    def _settle(self) -> None:
-        """Stop being interruptible; a KeyboardInterrupt that arrives meanwhile is dropped."""
-        while True:
-            try:
-                with self._lock:
-                    ident, self._thread = self._thread, None
-                    if ident is not None:
-                        _async_raise(ident, None)  # a pending one, set too late, is cleared
-                return
-            except KeyboardInterrupt:
-                continue
+        if self.evaluator is None:
+            self.evaluator = self._build()
+        ok, text = self.evaluator.evaluate(source)
+        if text == INTERRUPTED:
+            text += " (the pass is still paused)"
+        return ok, text
 
     def interrupt(self) -> bool:
-        """Raise KeyboardInterrupt in the evaluating thread (from another thread); False when
-        nothing is evaluating."""
-        with self._lock:
-            if self._thread is None:
-                return False
-            _async_raise(self._thread, KeyboardInterrupt)
-            return True
+        """ctrl+c from the UI (another thread): False when no line runs."""
+        evaluator = self.evaluator
+        return evaluator.interrupt() if evaluator is not None else False
 
     def close(self) -> None:
-        if self.namespace is not None:
-            self.namespace.clear()
+        if self.evaluator is not None:
+            self.evaluator.close()
         self.names.clear()
-        self.namespace = None
+        self.evaluator = None
         self.edits = None
-
-
-def _compile(source: str) -> tuple[Any, bool]:
-    try:
-        return compile(source, "<console>", "eval"), True
-    except SyntaxError:
-        return compile(source, "<console>", "exec"), False
-
-
-def _async_raise(ident: int, exc: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                               ctypes.py_object(exc) if exc else None)
 
 
 def stop_console(p: Any, i: int, grad_outputs: tuple, grad_inputs: tuple | None,
