@@ -52,6 +52,7 @@ REPLAY_KEYS = (
     ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
     ("b / B", "breakpoints for c / C: the selected node's type / conditions"),
     ("d / D", "next / previous diagnosis; x dismisses the banner"),
+    (": / !", "a line of Python over what the trace recorded here (summaries: no tensors)"),
     ("tab", "move between panels; arrows move in the graph"),
     ("?", "this help"),
     ("q", "quit"),
