@@ -91,7 +91,8 @@ def render(value: Any) -> str:
     values; anything else pretty-printed by rich (``console_core``)."""
     if isinstance(value, torch.Tensor):
         return tensor_text(value)
-    return pretty(value)
+    with _print_options():  # tensors inside containers are cut as short
+        return pretty(value)
 
 
 def tensor_text(t: torch.Tensor) -> str:

@@ -18,6 +18,13 @@ import torch
 from backstep.engine.summary import summarize
 
 
+class Said(str):
+    """What an edit did, shown as it reads (no quotes) when the console prints it."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 class EditRefused(RuntimeError):
     """This stop's gradient cannot be replaced (said in the console, never raised into the pass)."""
 
@@ -51,7 +58,7 @@ class GradEdits:
                 "clip": self.clip, "scale": self.scale}
 
     # -- the edits -------------------------------------------------------------------------
-    def set_grad(self, i: int, value: Any) -> str:
+    def set_grad(self, i: int, value: Any) -> Said:
         """Replace gradient ``i`` with ``value`` (a tensor of its shape, or a number)."""
         self._check()
         old = self._slot(i)
@@ -63,7 +70,7 @@ class GradEdits:
         new = value.detach().to(dtype=old.dtype, device=old.device)
         return self._apply(f"set_grad({i}, ...)", {i: new}, [i])
 
-    def zero_nonfinite(self) -> str:
+    def zero_nonfinite(self) -> Said:
         """Zero every NaN and Inf of the node's gradients."""
         self._check()
         changed = {}
@@ -72,7 +79,7 @@ class GradEdits:
                 changed[i] = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         return self._apply("zero_nonfinite()", changed, list(changed))
 
-    def clip(self, max_norm: float) -> str:
+    def clip(self, max_norm: float) -> Said:
         """Scale the node's gradients together so their total 2-norm is at most ``max_norm``
         (as ``clip_grad_norm_`` does for parameters)."""
         self._check()
@@ -85,7 +92,7 @@ class GradEdits:
         changed = {i: (g * factor.to(g.device)).to(g.dtype) for i, g in tensors}
         return self._apply(f"clip({max_norm!r})", changed, list(changed))
 
-    def scale(self, k: float) -> str:
+    def scale(self, k: float) -> Said:
         """Multiply the node's gradients by ``k``."""
         self._check()
         changed = {i: g * k for i, g in self._tensors() if g.is_floating_point() or g.is_complex()}
@@ -107,7 +114,7 @@ class GradEdits:
     def _tensors(self) -> list[tuple[int, torch.Tensor]]:
         return [(i, g) for i, g in enumerate(self.current) if isinstance(g, torch.Tensor)]
 
-    def _apply(self, what: str, changed: dict[int, torch.Tensor], indices: list[int]) -> str:
+    def _apply(self, what: str, changed: dict[int, torch.Tensor], indices: list[int]) -> Said:
         before = [summarize(self.current[i]) for i in indices]
         for i, g in changed.items():
             self.current[i] = g
@@ -116,5 +123,5 @@ class GradEdits:
         where = {key: self.where.get(key) for key in ("pass", "step", "id", "name", "stop")}
         self.emit({"event": "edit", **where, "slot": self.slot, "what": what,
                    "indices": indices, "before": before, "after": after})
-        return (f"edited {self.slot}{indices}: {what} (for the rest of this pass)"
-                if changed else f"{what}: nothing to edit")
+        return Said(f"edited {self.slot}{indices}: {what} (for the rest of this pass)"
+                    if changed else f"{what}: nothing to edit")
