@@ -7,8 +7,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from tests.test_run_e2e import Pty, pytestmark  # noqa: F401 - the same skips apply here
 
 SCRIPT = textwrap.dedent(
@@ -24,23 +22,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def run_ui(tmp_path: Path):
-    sessions: list[Pty] = []
-
-    def start(*args: str) -> Pty:
-        (tmp_path / "console.py").write_text(SCRIPT)
-        session = Pty(["-m", "backstep", "run", *args], tmp_path)
-        sessions.append(session)
-        return session
-
-    yield start
-    for session in sessions:
-        session.kill()
+def test_typing_an_expression_at_a_stop_shows_its_answer(tmp_path: Path) -> None:
+    (tmp_path / "console.py").write_text(SCRIPT)
+    ui = Pty(["-m", "backstep", "run", "console.py"], tmp_path)
+    try:
+        drive(ui)
+    finally:
+        ui.kill()
 
 
-def test_typing_an_expression_at_a_stop_shows_its_answer(run_ui) -> None:
-    ui = run_ui("console.py")
+def drive(ui: Pty) -> None:
     ui.expect(r"before MulBackward0")  # (x*factor).sum() * 5: the first node
     ui.press("n")
     ui.expect(r"before SumBackward0")

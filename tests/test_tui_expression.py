@@ -17,6 +17,16 @@ def evals(link: Any) -> list[dict[str, Any]]:
     return [m for m in link.sent if m.get("cmd") == "eval"]
 
 
+async def ask(app: Any, pilot: Any, source: str) -> int:
+    """Open the line, send ``source``; the ``req`` of the eval it sent."""
+    await settle(pilot)
+    await pilot.press("colon")
+    app.query_one(ConsolePanel).expression_line.value = source
+    await pilot.press("enter")
+    await pilot.pause()
+    return [m for m in app.link.sent if m.get("cmd") == "eval"][-1]["req"]
+
+
 def console_text(app: Any) -> str:
     return "\n".join(app.query_one(ConsolePanel).log_view.lines)
 
@@ -80,12 +90,7 @@ async def test_bang_opens_it_too_and_up_down_recall_history() -> None:
 async def test_an_answer_with_markup_and_escapes_is_shown_as_text() -> None:
     app, link = make_app()
     async with app.run_test(size=(140, 42)) as pilot:
-        await settle(pilot)
-        await pilot.press("colon")
-        app.query_one(ConsolePanel).expression_line.value = "x"
-        await pilot.press("enter")
-        await pilot.pause()
-        req = evals(link)[0]["req"]
+        req = await ask(app, pilot, "x")
         app.reader.feed({"event": "evaluated", "req": req, "ok": False,
                          "text": "Traceback\n[red]boom[/] \x1b]0;title\x07"})
         await settle(pilot)
@@ -97,16 +102,11 @@ async def test_an_answer_with_markup_and_escapes_is_shown_as_text() -> None:
 async def test_ctrl_c_while_a_line_runs_sends_cancel_not_interrupt() -> None:
     app, link = make_app()
     async with app.run_test(size=(140, 42)) as pilot:
-        await settle(pilot)
-        await pilot.press("colon")
-        app.query_one(ConsolePanel).expression_line.value = "while True: pass"
-        await pilot.press("enter")
-        await pilot.pause()
+        req = await ask(app, pilot, "while True: pass")
         await pilot.press("ctrl+c")
         await pilot.pause()
         cmds = [m["cmd"] for m in link.sent]
         assert "cancel" in cmds and "interrupt" not in cmds
-        req = evals(link)[0]["req"]
         app.reader.feed({"event": "evaluated", "req": req, "ok": False,
                          "text": "KeyboardInterrupt: the evaluation was interrupted"})
         await settle(pilot)

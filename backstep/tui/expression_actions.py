@@ -64,11 +64,7 @@ class ExpressionActions:
             self.send({"cmd": "cancel"})  # type: ignore[attr-defined]
             self.notify("interrupting the console line", timeout=2)  # type: ignore[attr-defined]
             return True
-        line = self.query_one(ConsolePanel).expression_line  # type: ignore[attr-defined]
-        if line.has_focus:
-            line.value = ""
-            return True
-        return False
+        return self.query_one(ConsolePanel).expression_line.clear_if_focused()  # type: ignore[attr-defined]
 
     def evaluation_failed(self, req: int | None) -> bool:
         """An ``error`` reply to a console line (the stop resumed meanwhile): said in the

@@ -64,6 +64,13 @@ class ExpressionLine(Input):
             self.value = self.history[self._at]
         self.cursor_position = len(self.value)
 
+    def clear_if_focused(self) -> bool:
+        """ctrl+c with nothing running: empty the line if it has the keyboard (True)."""
+        if not self.has_focus:
+            return False
+        self.value = ""
+        return True
+
     def action_leave(self) -> None:
         self.display = False
         self.screen.focus_next("#graph")

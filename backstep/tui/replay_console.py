@@ -50,8 +50,4 @@ class ReplayConsoleActions:
         if self._evaluating and console is not None:  # type: ignore[attr-defined]
             console.interrupt()
             return True
-        line = self.query_one(ConsolePanel).expression_line  # type: ignore[attr-defined]
-        if line.has_focus:
-            line.value = ""
-            return True
-        return False
+        return self.query_one(ConsolePanel).expression_line.clear_if_focused()  # type: ignore[attr-defined]
