@@ -126,7 +126,7 @@ def test_assignments_never_rebind_the_scripts_names() -> None:
         w = torch.tensor([1.0], requires_grad=True)
         (w * scale).sum().backward()
     assert scale == 2.0 and "marker" not in globals()
-    assert all(a["ok"] for _, _, a in console.answers)
+    assert console.answers and all(a["ok"] for _, _, a in console.answers)
 
 
 def test_saved_tensors_under_checkpoint_are_never_unpacked() -> None:
@@ -229,6 +229,8 @@ def test_a_bad_edit_is_refused_in_the_console_and_changes_nothing() -> None:
     with captured(Capture(None, console.controller, record=False)):
         w = torch.tensor([1.0, 2.0], requires_grad=True)
         (w * 3).sum().backward()
+    texts = [a["text"] for _, _, a in console.answers]
+    assert "not (5,)" in texts[0] and "no [7]" in texts[1]
     assert not any(a["ok"] for _, _, a in console.answers)
     assert torch.equal(w.grad, torch.full((2,), 3.0))
 
