@@ -246,3 +246,33 @@ def test_lines_without_an_edit_change_nothing(name: str) -> None:
         under = _outcome(fn)
     assert_same(plain, under)
     assert console.answers
+
+
+def test_a_ui_that_goes_away_interrupts_a_running_line_and_releases_the_pass() -> None:
+    stopped = threading.Event()
+    events: list[dict[str, Any]] = []
+
+    def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+        if event["event"] == "stopped":
+            stopped.set()
+
+    controller = Controller(emit, stop_at_pass_start=True)
+    done = threading.Event()
+    with captured(Capture(None, controller, record=False)):
+        def work() -> None:
+            w = torch.tensor([1.0], requires_grad=True)
+            (w * 2).sum().backward()
+            done.set()
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        assert stopped.wait(TIMEOUT)
+        controller.feed({"cmd": "eval", "req": 1, "source": "while True: pass"})
+        for _ in range(200):
+            if controller._evaluating:
+                break
+            threading.Event().wait(0.01)
+        controller.feed({"cmd": "detach"})
+        assert done.wait(TIMEOUT), "the pass stayed paused in a console line"
+    assert "KeyboardInterrupt" in [e for e in events if e["event"] == "evaluated"][0]["text"]

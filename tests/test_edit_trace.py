@@ -62,6 +62,9 @@ def test_diff_says_which_side_was_edited(traces: tuple[Path, Path],
     assert "note: B was edited by you at pass 1 step" in out
     assert "SqrtBackward0" in out and "zero_nonfinite() on grad_inputs" in out
     assert "A was edited" not in out
+    # the difference is born downstream of the edit, and the edit is named as its cause
+    assert "so       B's gradients were edited by you at pass 1 step" in out
+    assert "the difference comes from that edit, not from the program" in out
 
 
 @pilot

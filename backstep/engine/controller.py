@@ -218,6 +218,7 @@ class Controller:
             line, self._line = self._line, []
         for stop in line:
             stop.commands.put(_CLOSED)
+        self._cancel()  # a console line still running would hold its pause past the UI
 
     def reopen(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool) -> None:
         """A new UI took over after ``close`` (a remote ``connect``): stop again, with its

@@ -29,6 +29,18 @@ def edit_text(edit: dict[str, Any]) -> str:
             f"#{edit.get('id')}: {edit.get('what')} on {edit.get('slot')}")
 
 
+def edit_hint(sides: list[tuple[str, TraceIndex, int | None]], step: int | None) -> str | None:
+    """Why a difference is born at ``step``, when an edit made at or before it in that pass
+    explains it: ``sides`` is (label, trace, pass number) for A and B."""
+    for label, index, number in sides:
+        for edit in edits_of(index):
+            at = edit.get("step")
+            if edit.get("pass") == number and isinstance(at, int) and (step is None or at <= step):
+                return (f"{label}'s gradients were edited by you at {edit_text(edit)}: the "
+                        "difference comes from that edit, not from the program")
+    return None
+
+
 def edit_notes(index: TraceIndex, label: str) -> list[str]:
     """Notes for a diff report: each edit in trace ``label`` (A or B)."""
     return [f"{label} was edited by you at {edit_text(e)}: its gradients from there on are not "
