@@ -106,3 +106,30 @@ async def test_show_console_evaluates_over_what_the_trace_recorded(
             assert "[1.0]" in text  # the root's incoming gradient, as recorded
             assert "'SumBackward0!'" in text
             assert "'dict'" in text  # plain data, not a tensor
+
+
+@pilot
+async def test_ctrl_c_interrupts_a_show_console_line_and_show_goes_on(
+        traces: tuple[Path, Path]) -> None:
+    _, edited = traces
+    with TraceIndex(edited) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await pilot.press("colon")
+            app.query_one(ConsolePanel).expression_line.value = "while True: pass"
+            await pilot.press("enter")
+            for _ in range(100):  # the line runs on a worker thread
+                await pilot.pause(0.02)
+                console = getattr(app, "trace_console", None)
+                if console is not None and console.evaluator is not None and \
+                        console.evaluator._thread is not None:
+                    break
+            await pilot.press("ctrl+c")
+            for _ in range(200):
+                await pilot.pause(0.02)
+                if not app._evaluating:
+                    break
+            assert app.is_running  # ctrl+c interrupted the line; it did not quit show
+            text = "\n".join(app.query_one(ConsolePanel).log_view.lines)
+            assert "KeyboardInterrupt" in text
