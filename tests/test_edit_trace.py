@@ -4,6 +4,7 @@ the pass "edited by you", and ``diff`` says which side was edited, where and how
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -82,54 +83,59 @@ async def test_show_marks_the_pass_edited_from_the_edit_on(traces: tuple[Path, P
             assert not seen[0] and seen[-1]
 
 
+async def send(app: ReplayApp, pilot: Any, source: str, until: Any) -> None:
+    """Type ``source`` in show's console line and wait (a worker thread runs it) for ``until``."""
+    line = app.query_one(ConsolePanel).expression_line
+    if not line.display:
+        await pilot.press("colon")
+        assert line.has_focus
+    line.value = source
+    await pilot.press("enter")
+    for _ in range(200):
+        await pilot.pause(0.02)
+        if until():
+            return
+
+
+def console_text(app: ReplayApp) -> str:
+    return "\n".join(app.query_one(ConsolePanel).log_view.lines)
+
+
 @pilot
 async def test_show_console_evaluates_over_what_the_trace_recorded(
         traces: tuple[Path, Path]) -> None:
-    _, edited = traces
-    with TraceIndex(edited) as index:
+    with TraceIndex(traces[1]) as index:
         app = ReplayApp(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
-            await pilot.press("colon")
-            line = app.query_one(ConsolePanel).expression_line
-            assert line.has_focus
             for source in ("grad_outputs[0]['values']", "s = node['name']", "s + '!'",
                            "type(grad_outputs[0]).__name__"):
-                line.value = source
-                await pilot.press("enter")
-                for _ in range(100):
-                    await pilot.pause(0.02)
-                    if not app._evaluating:
-                        break
-            text = "\n".join(app.query_one(ConsolePanel).log_view.lines)
+                await send(app, pilot, source, lambda: not app._evaluating)
+            text = console_text(app)
             assert "tensors are not in the trace" in text
             assert "[1.0]" in text  # the root's incoming gradient, as recorded
             assert "'SumBackward0!'" in text
             assert "'dict'" in text  # plain data, not a tensor
 
 
+def _running(app: ReplayApp) -> bool:
+    console = getattr(app, "trace_console", None)
+    return console is not None and console.evaluator is not None and \
+        console.evaluator._thread is not None
+
+
 @pilot
 async def test_ctrl_c_interrupts_a_show_console_line_and_show_goes_on(
         traces: tuple[Path, Path]) -> None:
-    _, edited = traces
-    with TraceIndex(edited) as index:
+    with TraceIndex(traces[1]) as index:
         app = ReplayApp(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
-            await pilot.press("colon")
-            app.query_one(ConsolePanel).expression_line.value = "while True: pass"
-            await pilot.press("enter")
-            for _ in range(100):  # the line runs on a worker thread
-                await pilot.pause(0.02)
-                console = getattr(app, "trace_console", None)
-                if console is not None and console.evaluator is not None and \
-                        console.evaluator._thread is not None:
-                    break
+            await send(app, pilot, "while True: pass", lambda: _running(app))
             await pilot.press("ctrl+c")
             for _ in range(200):
                 await pilot.pause(0.02)
                 if not app._evaluating:
                     break
             assert app.is_running  # ctrl+c interrupted the line; it did not quit show
-            text = "\n".join(app.query_one(ConsolePanel).log_view.lines)
-            assert "KeyboardInterrupt" in text
+            assert "KeyboardInterrupt" in console_text(app)
