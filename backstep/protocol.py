@@ -29,6 +29,10 @@ Events (DESIGN.md names the first five; do not rename them):
               in line behind the shown stop, longest waiting first (sent when the line changes)
   diagnosis   pass, kind, message, node, source
   tensor      req, ... the answer to a ``tensor`` command
+  evaluated   req, ok (False: the text is a traceback), text: the answer to an ``eval``
+  edit        pass, step, id, name, stop, slot ("grad_outputs" | "grad_inputs"), what (the edit,
+              e.g. "zero_nonfinite()"), indices, before, after (summaries of the edited
+              gradients): the person replaced a gradient at a stop, for the rest of the pass
   input       the script is about to wait on its stdin (the console offers an input line)
   output      stream ("stdout" | "stderr"), text, truncated (optional, True at the trace's
               output cap): what the script printed, whole lines, in order with the pass events
@@ -44,6 +48,10 @@ Commands (UI -> debuggee):
   break       breakpoints: replaces the whole list
   options     stop_at_pass_start
   tensor      req, pass, node, slot ("grad_outputs" | "grad_inputs"), index, offset, limit
+  eval        req, source, stop (optional): run a line of Python in the paused thread (the
+              expression console); answered by ``evaluated``. It is code execution in the
+              script's process, by design: whoever holds the UI's connection may run anything
+  cancel      interrupt the ``eval`` running now (KeyboardInterrupt in the evaluating thread)
   stdin       data: a line typed for the script ("" = end of input). Under ``attach()`` only,
               where the UI holds the terminal; it is taken before validation and never reaches
               the controller. Under ``backstep run`` the script's stdin is a pipe from the UI.
@@ -70,6 +78,8 @@ EVENTS = frozenset(
         "stopped",
         "diagnosis",
         "tensor",
+        "evaluated",
+        "edit",
         "waiting",
         "input",
         "output",  # the script's prints: in a trace (traces/output), to a remote UI (remote_output)
@@ -92,6 +102,8 @@ COMMANDS = frozenset(
         "break",
         "options",
         "tensor",
+        "eval",
+        "cancel",
     }
 )
 
@@ -207,7 +219,7 @@ def validate_command(message: Any) -> dict[str, Any]:
     if cmd in ("start", "options") and "stop_at_pass_start" in message:
         if not isinstance(message["stop_at_pass_start"], bool):
             raise ProtocolError("stop_at_pass_start must be true or false")
-    if "stop" in message and cmd in ("step", "continue", "finish", "abort", "tensor"):
+    if "stop" in message and cmd in ("step", "continue", "finish", "abort", "tensor", "eval"):
         stop = message["stop"]
         if not isinstance(stop, int) or isinstance(stop, bool):
             raise ProtocolError(f"{cmd}: stop must be an integer")
@@ -221,6 +233,11 @@ def validate_command(message: Any) -> dict[str, Any]:
             value = message.get(key, 0)
             if not _is_int(value) or value < 0:
                 raise ProtocolError(f"tensor: {key} must be a non-negative integer")
+    if cmd == "eval":
+        if not _is_int(message.get("req")):
+            raise ProtocolError("eval: req must be an integer")
+        if not isinstance(message.get("source"), str):
+            raise ProtocolError("eval: source must be a string")
     return message
 
 

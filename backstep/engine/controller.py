@@ -128,6 +128,7 @@ class Controller:
         self._numbers = itertools.count(1)
         self._behind: list[int] = []  # stop numbers the last ``waiting`` event listed
         self.tensor_lookup: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._evaluating: set[Any] = set()  # consoles running a line (``cancel`` reaches them)
 
     @property
     def paused(self) -> Any:
@@ -175,6 +176,8 @@ class Controller:
             self.emit(protocol.error_event("already started"))
         elif cmd == "abort" and "stop" not in message and not self._line:
             self.aborting = True  # q during a running pass: no draining it, no long grace
+        elif cmd == "cancel":
+            self._cancel()
         else:
             self._to_stop(message)
 
@@ -193,7 +196,7 @@ class Controller:
                     why = f"stop {wanted} is no longer paused"
                 self.emit(protocol.error_event(why, _req(message)))
                 return
-            if cmd != "tensor":
+            if cmd not in ("tensor", "eval"):
                 self._line.pop(0)
                 if self._line:
                     self.emit(self._line[0].event)
@@ -215,6 +218,7 @@ class Controller:
             line, self._line = self._line, []
         for stop in line:
             stop.commands.put(_CLOSED)
+        self._cancel()  # a console line still running would hold its pause past the UI
 
     def reopen(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool) -> None:
         """A new UI took over after ``close`` (a remote ``connect``): stop again, with its
@@ -233,9 +237,10 @@ class Controller:
             raise BackstepAbort("backward pass aborted from the backstep debugger")
 
     # -- a pause, on the thread running the node ------------------------------------------
-    def pause(self, stopped: dict[str, Any], on: Any) -> str:
+    def pause(self, stopped: dict[str, Any], on: Any, console: Any = None) -> str:
         """Emit ``stopped`` (or queue it behind the shown stop) and block this thread until a
-        command resumes it; returns that command.
+        command resumes it; returns that command. ``eval`` commands run in ``console``
+        (``console_eval.StopConsole``) on this thread meanwhile, over the paused node's tensors.
 
         Returns "step", "continue", "finish" or "detach"; raises BackstepAbort for "abort".
         Only this thread waits: other passes keep running, and stop in line behind this one.
@@ -258,9 +263,33 @@ class Controller:
             if cmd == "tensor":
                 self.emit(self._tensor(message))
                 continue
+            if cmd == "eval":
+                self.emit(self._evaluate(console, message))
+                continue
             if cmd == "abort":
                 raise BackstepAbort("backward pass aborted from the backstep debugger")
             return cmd
+
+    def _evaluate(self, console: Any, message: dict[str, Any]) -> dict[str, Any]:
+        """Run one console line on this (the paused) thread; ``cancel`` interrupts it."""
+        req = message["req"]
+        if console is None:
+            return protocol.error_event("this stop has no console", req)
+        with self._lock:
+            self._evaluating.add(console)
+        try:
+            ok, text = console.evaluate(message["source"])
+        finally:
+            with self._lock:
+                self._evaluating.discard(console)
+        return {"event": "evaluated", "req": req, "ok": ok, "text": text}
+
+    def _cancel(self) -> None:
+        """ctrl+c in the console's input line: interrupt what is being evaluated."""
+        with self._lock:
+            consoles = list(self._evaluating)
+        for console in consoles:
+            console.interrupt()
 
     def _tensor(self, message: dict[str, Any]) -> dict[str, Any]:
         req = message["req"]

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from backstep.traces.edits import edit_hint, edit_notes
 from backstep.traces.index import Pass, TraceIndex
 
 # (rtol, atol) per dtype, as torch.testing uses; the looser of the two sides applies.
@@ -360,7 +361,8 @@ def diff(a: TraceIndex, b: TraceIndex, tol: Tolerance) -> dict[str, Any]:
     numbers_a, numbers_b = a.numbers(), b.numbers()
     report: dict[str, Any] = {
         "a": a.path, "b": b.path, "passes": [len(numbers_a), len(numbers_b)],
-        "notes": [n for n in (a.note(), b.note()) if n], "same": True,
+        "notes": [n for n in (a.note(), b.note()) if n] + edit_notes(a, "A") + edit_notes(b, "B"),
+        "same": True,
         "difference": None, "cause": None, "context": [],
     }
     dtypes: set[tuple[str, str]] = set()
@@ -375,6 +377,9 @@ def diff(a: TraceIndex, b: TraceIndex, tol: Tolerance) -> dict[str, Any]:
         first, cause = one.run()
         if first is None:
             first = _ending(pa, pb)
+        if first is not None and first.kind != "structure":  # an edit changes numbers only
+            first.hint = edit_hint([("A", a, first.pass_a), ("B", b, first.pass_b)],
+                                   first.step) or first.hint
         if first is not None:
             report["same"] = False
             report["difference"] = first.as_dict()

@@ -33,7 +33,7 @@ from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
-KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released")
+KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released", "edit")
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _BYTE_CODE = {kind.encode(): code for kind, code in _CODE.items()}
 NODE_CODE = _CODE["node"]
@@ -62,6 +62,7 @@ class PassIndex:
     last: int = 0  # where its last line seen so far ends
     complete: bool = False
     steps: int = 0
+    edits: int = 0  # ``edit`` events: gradients the person replaced at a stop (traces/edits)
 
 
 @dataclass
@@ -257,6 +258,8 @@ class TraceIndex:
             index.complete = True
         elif kind == "node":
             index.steps += 1
+        elif kind == "edit":
+            index.edits += 1
         index.last = end
         return True
 

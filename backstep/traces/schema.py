@@ -216,6 +216,13 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
         "name": STR_OR_NULL, "thread": STR_OR_NULL, "device": STR_OR_NULL,
     }, "stop object", null=False), "list of stops or null")}, ()),
     "tensor": ({"req": INT_OR_NULL}, ()),
+    "evaluated": ({"req": INT_OR_NULL, "ok": BOOL_OR_NULL, "text": STR_OR_NULL}, ()),
+    # the person replaced a gradient at a stop (a live session's console; kept in its trace)
+    "edit": ({"pass": INT, "step": INT_OR_NULL, "id": INT, "name": STR_OR_NULL,
+              "stop": INT_OR_NULL, "slot": STR_OR_NULL, "what": STR_OR_NULL,
+              "indices": list_of(INT, "list of int or null"),
+              "before": list_of(SUMMARY, "list of summaries or null"),
+              "after": list_of(SUMMARY, "list of summaries or null")}, ("pass", "id")),
     "error": ({"message": STR_OR_NULL, "req": INT_OR_NULL}, ()),
 }
 

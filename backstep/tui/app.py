@@ -18,6 +18,7 @@ from textual.containers import Horizontal, Vertical
 from backstep.tui.breakpoints import BreakpointActions
 from backstep.tui.console import ConsolePanel
 from backstep.tui.diagnosis import DiagnosisBanner
+from backstep.tui.expression_actions import ExpressionActions
 from backstep.tui.flow import FlowScreen
 from backstep.tui.flow_leaves import EXPLODING
 from backstep.tui.focus import focus
@@ -63,7 +64,7 @@ class Link(Protocol):
         """The debuggee process's exit status, once it has ended."""
 
 
-class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
+class BackstepApp(PlainText, Navigation, BreakpointActions, ExpressionActions, App[int]):
     """``backstep run``'s full-screen UI."""
 
     CSS_PATH = "app.tcss"
@@ -91,6 +92,9 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_session", "quit"),
         Binding("i", "input", "stdin", show=False),
+        Binding("colon", "expression", "console", show=False),
+        Binding("exclamation_mark", "expression", "console", show=False),
+        Binding("e", "edit", "edit gradient", show=False),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True),
     ]
 
@@ -119,6 +123,7 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
         self.exit_code: int | None = None
         self.console_lines: list[str] = []  # the console's lines as q left them
         self._next_req = 1
+        self._evaluating: dict[int, str] = {}  # console lines sent and not answered, by req
         self._shown_stop: tuple[int, int, int | None] | None = None
         # the shown diagnosis's line stays in the Source panel until the person looks elsewhere
         self._diagnosis_pinned = False
@@ -270,6 +275,9 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
                 screen.pending == message.req:
             screen.error(message.message)
             return
+        if self.evaluation_failed(message.req):
+            self.query_one(ConsolePanel).answer(message.message)
+            return
         self.query_one(ConsolePanel).note(message.message)
         self.notify(message.message, severity="error", timeout=4)
 
@@ -383,6 +391,8 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
             self._refresh_status()
 
     def action_interrupt(self) -> None:
+        if self.cancel_evaluation():
+            return
         if self.snapshot.exit is None and self.gone is None:
             self.send({"cmd": "interrupt"})
             self.notify("interrupt: stopping at the next node", timeout=2)

@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 
 from backstep import safe_text
+from backstep.tui.expression_input import ExpressionLine
 
 _PIECES = re.compile(r"\r\n|\n|\r|[^\r\n]+")
 
@@ -96,22 +97,42 @@ class ConsolePanel(Vertical):
         self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
                                     "sends it, ctrl+d ends the input", id="console-input")
         self.stdin_closed = False
+        self.expression_line = ExpressionLine(id="console-expression", classes="console-line")
 
     def compose(self) -> ComposeResult:
         yield self.log_view
         yield self.traceback_view
         yield self.stdin_line
+        yield self.expression_line
 
     def on_mount(self) -> None:
         self.stdin_line.display = False
+        self.expression_line.display = False
+
+    def asked(self, source: str) -> None:
+        """Echo a console line the person sent (as a REPL shows its prompt)."""
+        self._line_start()
+        self.log_view.write(f">>> {safe_text.printable(source)}\n")
+        self.log_view.scroll_end(animate=False)  # the person asked: the answer comes into view
+
+    def answer(self, text: str) -> None:
+        """An expression console's answer (a value or a traceback), made printable: it comes
+        from the debuggee, or from a trace."""
+        if text:
+            self._line_start()
+            self.log_view.write(f"{safe_text.lines(text)}\n")
+            self.log_view.scroll_end(animate=False)
+
+    def _line_start(self) -> None:
+        if self.log_view.line_count and not self.text.endswith("\n"):
+            self.log_view.write("\n")
 
     def write(self, text: str) -> None:
         self.log_view.write(safe_text.script_output(text))
 
     def note(self, text: str) -> None:
         """A line from backstep itself, not the script."""
-        if self.log_view.line_count and not self.text.endswith("\n"):
-            self.log_view.write("\n")
+        self._line_start()
         self.log_view.write(f"[backstep] {safe_text.lines(text)}\n")
 
     @property

@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from backstep.tui.edited import graph_title
 from backstep.tui.fit import LEAF_ROOM, cut_middle, name_and_leaf
 from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row, layout_of
@@ -68,6 +69,8 @@ class GraphPanel(LightTree[Row]):
         if previous is None or previous.number != view.number or previous.graph is not view.graph:
             self._rebuild(view)
             return
+        if view.edits != previous.edits:
+            self.border_title = graph_title(view)
         # the nodes run since the last snapshot, or, stepped back (a replay's [, C, g), those
         # that had run and have not at this one
         if view.done >= previous.done:
@@ -88,8 +91,7 @@ class GraphPanel(LightTree[Row]):
         self._rows.clear()
         self._containers = {TOP: None}
         self._loaded.clear()
-        n = len(view.graph.nodes)
-        self.border_title = f"Graph · pass {view.number} · {n} node{'s' if n != 1 else ''}"
+        self.border_title = graph_title(view)
         with self._adding():
             self._load(TOP)
 

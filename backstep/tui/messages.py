@@ -33,6 +33,13 @@ class TensorAnswer(Message):
 
 
 @dataclass
+class Evaluated(Message):
+    """The debuggee's answer to an ``eval`` command (the expression console)."""
+
+    event: dict[str, Any]
+
+
+@dataclass
 class ServerError(Message):
     """The debuggee could not serve a command, or sent something the UI cannot read."""
 

@@ -169,6 +169,14 @@ class SessionModel:
         # nothing is paused, or the paused thread went on (a nested pass): show the new pass
         return self._with_live(self._show(replace(snap, stop=None), view))
 
+    def _on_edit(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        """The person replaced a gradient at a stop: the pass is marked as edited."""
+        view = self._current_pass(ev)
+        if view is None:
+            return None
+        what = f"{_str(ev.get('what')) or 'edit'} at {_str(ev.get('name')) or '?'} #{ev.get('id')}"
+        return self._update(replace(view, edits=(*view.edits, what)))
+
     def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
         number = ev.get("pass")
         return self._views.get(number) if isinstance(number, int) else None

@@ -25,10 +25,17 @@ from textual.message import Message
 from backstep import protocol
 from backstep.trace_form import expand
 from backstep.traces.schema import check
-from backstep.tui.messages import InputWanted, ServerError, SnapshotReady, TensorAnswer
+from backstep.tui.messages import (
+    Evaluated,
+    InputWanted,
+    ServerError,
+    SnapshotReady,
+    TensorAnswer,
+)
 from backstep.tui.model import SessionModel
 
-URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis"})
+URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis",
+                    "edit"})
 
 
 class EventSource(Protocol):
@@ -55,6 +62,9 @@ class Reader:
         kind = event.get("event")
         if kind == "tensor":
             self.post(TensorAnswer(event))
+            return
+        if kind == "evaluated":
+            self.post(Evaluated(event))
             return
         if kind == "input":
             self.post(InputWanted())

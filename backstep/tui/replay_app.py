@@ -26,10 +26,12 @@ from backstep.tui.against import Against
 from backstep.tui.app import BackstepApp
 from backstep.tui.carry import Carry
 from backstep.tui.console import ConsolePanel
+from backstep.tui.edited import EDITED_STYLE, EDITED_WORDS
 from backstep.tui.gradients import GradientsPanel
 from backstep.tui.help import HelpScreen
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.replay import PassTimeline, Replay
+from backstep.tui.replay_console import ReplayConsoleActions
 from backstep.tui.settle import settle, tidy
 from backstep.tui.snapshot import PassView
 from backstep.tui.status import REASONS, StatusLine, with_keys
@@ -50,6 +52,7 @@ REPLAY_KEYS = (
     ("g", "go to a pass (3), a step of it (3:12), or a step of this pass (:12)"),
     ("b / B", "breakpoints for c / C: the selected node's type / conditions"),
     ("d / D", "next / previous diagnosis; x dismisses the banner"),
+    (": / !", "a line of Python over what the trace recorded here (summaries: no tensors)"),
     ("tab", "move between panels; arrows move in the graph"),
     ("?", "this help"),
     ("q", "quit"),
@@ -101,7 +104,7 @@ class GotoDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ReplayApp(BackstepApp):
+class ReplayApp(ReplayConsoleActions, BackstepApp):
     """The live UI, reading a trace."""
 
     BINDINGS = [
@@ -320,7 +323,8 @@ class ReplayApp(BackstepApp):
         return self._flow_before[1]
 
     def action_interrupt(self) -> None:
-        self.exit(0)
+        if not self.cancel_evaluation():
+            self.exit(0)
 
     def _send_breakpoints(self) -> None:
         self._refresh_status()  # breakpoints live here: c and C read them
@@ -355,6 +359,8 @@ def replay_place(app: ReplayApp, api: bool) -> Text:
         total = app.replay.timeline(pos.number).count
         last = app.replay.numbers[-1] if app.replay.index.done else "…"
         text.append(f" pass {view.number}/{last} ", style="bold reverse")
+        if view.edits:  # the trace records a gradient the person replaced in this pass
+            text.append(EDITED_WORDS, style=EDITED_STYLE)
         if api:
             text.append(f" {view.api}", style="bold")
         if view.retain_graph:

@@ -308,6 +308,7 @@ class PassView:
     error: str | None = None
     skipped: frozenset[int] = frozenset()
     thread: str | None = None  # the thread that called backward
+    edits: tuple[str, ...] = ()  # gradient edits the person made in this pass (``edit`` events)
 
     def record(self, node_id: int) -> NodeRecord | None:
         """The node's record if it ran by this moment."""

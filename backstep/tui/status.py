@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from backstep.tui.edited import EDITED_STYLE, EDITED_WORDS
 from backstep.tui.format import cut_middle
 from backstep.tui.snapshot import Snapshot
 
@@ -56,6 +57,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     view = snapshot.pass_
     if view is not None:
         add(f" pass {view.number} ", "bold reverse")
+        if view.edits:  # the person replaced a gradient: not the program's own from here on
+            add(EDITED_WORDS, EDITED_STYLE)
         add(f" {view.api}", "bold", optional=1)  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")

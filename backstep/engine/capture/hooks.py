@@ -92,7 +92,7 @@ class Hooks:
         p.completed = end + 1
 
     # -- hooks ------------------------------------------------------------------------------
-    def _before(self, p: Pass, i: int, grad_outputs: tuple) -> None:
+    def _before(self, p: Pass, i: int, grad_outputs: tuple) -> tuple | None:
         previous = p.current
         hooked = p.post_on
         if previous is not None and not p.ran[previous] and not (hooked and hooked[previous]):
@@ -122,13 +122,15 @@ class Hooks:
             if detail is not None:
                 reason = "breakpoint"
         if reason is not None:
-            self._pause(p, i, reason, detail, grad_outputs, None)
+            return self._pause(p, i, reason, detail, grad_outputs, None)
+        return None
 
-    def _after(self, p: Pass, i: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
-        """The post-hook of node ``i``, bound with ``partial`` (one Python call per node)."""
+    def _after(self, p: Pass, i: int, grad_inputs: tuple, grad_outputs: tuple) -> tuple | None:
+        """The post-hook of node ``i``, bound with ``partial`` (one Python call per node).
+        Returns None (autograd's own gradients) unless the person edited them at a stop here."""
         with p.lock:
             if not p.active:
-                return
+                return None
             p.completed = step = p.completed + 1
             p.ran[i] = step
             p.current = None
@@ -158,21 +160,23 @@ class Hooks:
                 elif batch.nbytes >= BATCH_BYTES:
                     batch.settle()  # reduce what is held and let it go; written at the flush
             if controller is None:
-                return
+                return None
             controller.check_abort()
             if controller.detached or p.finishing:
-                return
+                return None
             if controller.interrupt and not p.has_pre:
-                self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs, after=True)
-                return
+                return self._pause(p, i, "interrupt", None, grad_outputs, grad_inputs,
+                                   after=True, editable=True)
             bp = controller.breakpoints
             if bp.on_gradients:
                 if p.checks is not None or device_checks.deferred(grad_inputs):
                     self._check_on_device(p, i, bp, grad_outputs, grad_inputs)
-                    return
+                    return None
                 hit = gradient_trip(bp, grad_inputs)
                 if hit is not None:
-                    self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs, after=True)
+                    return self._pause(p, i, hit[0], hit[1], grad_outputs, grad_inputs,
+                                       after=True, editable=True)
+            return None
 
     def _check_on_device(self, p: Pass, i: int, bp: Any, grad_outputs: tuple,
                          grad_inputs: tuple) -> None:
@@ -227,7 +231,11 @@ class Hooks:
             checks.clear()
 
     def _pause(self, p: Pass, i: int, reason: str, detail: str | None, grad_outputs: tuple,
-               grad_inputs: tuple | None, after: bool = False) -> None:
+               grad_inputs: tuple | None, after: bool = False,
+               editable: bool | None = None) -> tuple | None:
+        """Stop at node ``i`` until a command resumes the pass. Returns the gradients the
+        hook must return: None unless the person edited them in the console (``editable``: the
+        stop is in node ``i``'s own hook, before it or, with ``after``, after it)."""
         controller = self.controller
         assert controller is not None
         p.announced_stop = True
@@ -266,13 +274,17 @@ class Hooks:
             held = True
         except RuntimeError:  # not called from a hook
             held = False
+        console = self._console(p, i, grad_outputs, grad_inputs, after,
+                                not after if editable is None else editable, event)
         try:
-            command = controller.pause(event, p)
+            command = controller.pause(event, p, console)
         finally:
+            replacement = console.edits.replacement() if console.edits is not None else None
+            console.close()
             if held:
                 p.lock.acquire()
         if not p.active:
-            return  # the pass ended while this thread waited (another thread's node raised)
+            return None  # the pass ended while this thread waited (another thread's node raised)
         if command == "step":
             p.stepping = True
             if not p.record and self.sink is not None:
@@ -287,6 +299,18 @@ class Hooks:
             p.stepping = False
             if command == "finish":
                 p.finishing = True
+        return replacement
+
+    def _console(self, p: Pass, i: int, grad_outputs: tuple, grad_inputs: tuple | None,
+                 after: bool, editable: bool, event: dict[str, Any]) -> Any:
+        """The expression console of this stop (``console_eval``); its edits go out as
+        ``edit`` events on the sink, as a trace records them."""
+        from backstep.engine.console_eval import stop_console
+
+        graph = p.graph
+        leaves = {name: graph.nodes[j].variable for j, name in p.leaf_names.items()}
+        slot = None if not editable else "grad_inputs" if after else "grad_outputs"
+        return stop_console(p, i, grad_outputs, grad_inputs, slot, leaves, event, self._emit)
 
     def _replay_ran(self, p: Pass, stopped: int | None, known: tuple) -> None:
         """Node events for nodes that ran before a late announcement: without gradients (they

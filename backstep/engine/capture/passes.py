@@ -181,9 +181,11 @@ def _message(exc: BaseException) -> str:
 
 
 def _pre_hook(p: Pass, i: int, before: Any) -> Any:
-    def hook(grad_outputs: tuple) -> None:
+    def hook(grad_outputs: tuple) -> tuple | None:
+        """None (autograd's own gradients) unless the person edited them at a stop here."""
         with p.lock:
             if p.active:
-                before(p, i, grad_outputs)
+                return before(p, i, grad_outputs)
+        return None
 
     return hook
