@@ -21,6 +21,8 @@ from backstep.engine import graph as graph_module
 from backstep.engine.capture import Capture
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import JsonlRecorder
+from tests.test_engine_events import TwoPart
+from tests.test_provenance import Square
 
 
 def _trace(reuse: bool, steps: Callable[[], None]) -> tuple[bytes, int]:
@@ -42,19 +44,9 @@ def _trace(reuse: bool, steps: Callable[[], None]) -> tuple[bytes, int]:
     return stream.getvalue(), capture.listings.reused
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8))
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x) * 2)
-
-
 def _training_loop() -> None:
     torch.manual_seed(0)
-    model = Net()
+    model = TwoPart()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(5, 4)
     for _ in range(4):
@@ -152,17 +144,6 @@ def test_reused_listing_keeps_no_node_or_tensor_of_its_pass() -> None:
     class Probe:
         """Lives in a node's metadata: it dies with the node."""
 
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-            ctx.save_for_backward(t)
-            return t * t
-
-        @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-            (t,) = ctx.saved_tensors
-            return 2 * t * grad
-
     refs: list[weakref.ref] = []
     w = torch.randn(3, requires_grad=True)
 
@@ -188,7 +169,7 @@ def test_reused_listing_keeps_no_node_or_tensor_of_its_pass() -> None:
 def test_gradients_are_the_same_with_and_without_reuse(reuse: bool) -> None:
     def run() -> list[torch.Tensor]:
         torch.manual_seed(0)
-        model = Net()
+        model = TwoPart()
         x = torch.randn(5, 4)
         for _ in range(3):
             model.zero_grad()
