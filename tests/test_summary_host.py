@@ -75,6 +75,27 @@ def test_the_one_element_shortcut_equals_the_kernels(dtype: torch.dtype) -> None
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_blocks_read_as_lists_equal_the_kernels(dtype: torch.dtype) -> None:
+    """``_read``: a batch of few blocks (tiny passes) reads its one-element values straight
+    into the four rows, no tensor made of them; each column is still what the kernels give."""
+    group = summary_host.HostGroup()
+    tensors = []
+    for k, v in enumerate(SPECIALS[:6] + SPECIALS[-3:]):
+        tensors.append(torch.tensor(v).to(dtype).reshape((1,) * (k % 3)))
+        if k % 2:
+            tensors.append(torch.randn(3 + k).to(dtype))
+    for slot, t in enumerate(tensors):
+        group.add(t, slot, t.numel(), 16)
+    stats, owner = group._read()
+    assert type(stats) is list and len(owner) == len(tensors)
+    expected = summary_host._reduce(tensors).tolist()
+    for row, want in zip(stats, expected, strict=True):
+        got = [row[j] for j in owner]
+        assert [math.isnan(g) for g in got] == [math.isnan(w) for w in want]
+        assert [g for g in got if g == g] == [w for w in want if w == w]  # as _reduce's test
+
+
 @pytest.mark.parametrize(("digits", "dtype"), [(8, torch.float32), (5, torch.float16)])
 def test_rounding_in_python_equals_the_kernels(digits: int, dtype: torch.dtype) -> None:
     """What ``_blocks`` shows either way: ``_round_digits``, with ``_stat`` where it gave NaN

@@ -108,20 +108,34 @@ class Graph:
             "module": metadata.get(MODULE_KEY),
         }
 
+    def tags(self) -> tuple[list[Any], list[Any]]:
+        """Each node's forward source and module path (``provenance``), or None."""
+        sources, modules = [], []
+        for node in self.nodes:
+            metadata = node.metadata
+            sources.append(metadata.get(SOURCE_KEY))
+            modules.append(metadata.get(MODULE_KEY))
+        return sources, modules
+
     def describe_all(self, leaf_names: dict[int, str], comms: dict[int, str] | None = None,
+                     ids: list[Any] | None = None,
+                     tags: tuple[list[Any], list[Any]] | None = None,
                      ) -> tuple[list[dict[str, Any]], str]:
         """Every node as ``describe`` gives it, and the text of its ``"sources"`` and
         ``"nodes"`` as a trace file writes them (``trace_form.compact_event``): each distinct
         source once, nodes naming theirs by index, null leaf, source and module left out.
-        ``comms``: index -> where a node communicates (``sharded.comm_label``), as ``"comm"``."""
-        ids, names, edges = self.ids, self.names, self.edges
+        ``comms``: index -> where a node communicates (``sharded.comm_label``), as ``"comm"``.
+        ``ids`` (default: the nodes' own) may be stand-ins that ``str`` writes into the text;
+        ``tags`` is ``tags()``'s answer when the caller has it already."""
+        ids = self.ids if ids is None else ids
+        names, edges = self.names, self.edges
+        all_sources, all_modules = self.tags() if tags is None else tags
         dicts: list[dict[str, Any]] = []
         texts: list[str] = []
         sources: dict[int, tuple[Any, str]] = {}  # a call's nodes share its source dict
         where: dict[str, int] = {}  # a source's text -> its index in the table
-        for i, node in enumerate(self.nodes):
-            metadata = node.metadata
-            source, module = metadata.get(SOURCE_KEY), metadata.get(MODULE_KEY)
+        for i in range(len(self.nodes)):
+            source, module = all_sources[i], all_modules[i]
             leaf = leaf_names.get(i)
             name = display_name(names[i])
             after = [None if j is None else ids[j] for j in edges[i]]

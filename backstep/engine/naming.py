@@ -33,12 +33,21 @@ _MAX_CONTAINER = 64
 
 def is_internal(filename: str) -> bool:
     """Frames of torch, backstep and the import machinery are never the user's."""
-    return (
-        filename.startswith(_TORCH_DIR)
-        or filename.startswith(_BACKSTEP_DIR)
-        or filename.startswith("<frozen")
-        or filename.endswith(os.sep + "runpy.py")
-    )
+    known = _INTERNAL.get(filename)  # asked for every frame of the stack at every pass
+    if known is None:
+        known = (
+            filename.startswith(_TORCH_DIR)
+            or filename.startswith(_BACKSTEP_DIR)
+            or filename.startswith("<frozen")
+            or filename.endswith(os.sep + "runpy.py")
+        )
+        if len(_INTERNAL) >= 4096:
+            _INTERNAL.clear()
+        _INTERNAL[filename] = known
+    return known
+
+
+_INTERNAL: dict[str, bool] = {}
 
 
 def user_frame(start: Any = None) -> Any:

@@ -90,6 +90,23 @@ class HostGroup:
                             dim=1)
         return raw, [column[j] for j in self.owner]
 
+    def _read(self) -> tuple[Any, list[int]]:
+        """``_reduce``'s numbers already read, as four lists (min, max, norm, sum), where
+        ``_write`` rounds them in Python (few blocks): one-element blocks' values go straight
+        into the lists, never through a tensor and back. Else ``_reduce``'s tensor."""
+        reps, singles = self.reps, self.singles
+        if not singles or len(reps) > _ROUND_ON_HOST:
+            return self._reduce()
+        single = set(singles)
+        order = [j for j in range(len(reps)) if j not in single] + singles
+        column = {j: k for k, j in enumerate(order)}
+        values = [reps[j].item() for j in singles]  # as exact as in _reduce's float64 tensor
+        rest = len(reps) - len(singles)
+        mins, maxs, norms, sums = (transfers.read(_reduce([reps[j] for j in order[:rest]]))
+                                   if rest else ([], [], [], []))
+        stats = [mins + values, maxs + values, norms + list(map(abs, values)), sums + values]
+        return stats, [column[j] for j in self.owner]
+
     def _clear(self) -> None:
         self.slots, self.tensors, self.numels, self.owner = [], [], [], []
         self.unique, self.reps, self.singles = {}, [], []
@@ -114,7 +131,7 @@ class HostGroup:
     def compute(self, dtype: torch.dtype, results: Any) -> None:
         """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
         if not self.settled:
-            raw, owner = self._reduce()
+            raw, owner = self._read()
             _write(dtype, self.tensors, self.numels, self.slots, owner, raw, None, results)
             return
         # the settled batches and what is held, in one _write: one rounding, one read
@@ -174,15 +191,16 @@ class _Settled:
 
 
 def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: list[int],
-           owner: list[int], raw: torch.Tensor, small: torch.Tensor | None, results: Any,
+           owner: list[int], raw: Any, small: torch.Tensor | None, results: Any,
            device: torch.device | None = None) -> None:
-    """Summaries from the reductions ``raw`` (4 rows, one column per block of memory).
+    """Summaries from the reductions ``raw`` (4 rows, one column per block of memory: a
+    tensor, or its rows read already).
 
     ``group`` holds the tensors, or (settled, every statistic finite) their shapes, with
     ``small`` the values of the small ones. Each block's numbers are rounded and written once:
     views of one block differ only in their shape.
     """
-    stats = transfers.read(raw)
+    stats = raw if type(raw) is list else transfers.read(raw)  # read already by ``_read``
     digits = _DIGITS.get(dtype)
     if not digits:
         shown = stats

@@ -24,6 +24,7 @@ import torch
 
 from backstep.engine import naming, sharded
 from backstep.engine.capture.hooks import Hooks, gradient_trip
+from backstep.engine.capture.listings import Listings
 from backstep.engine.capture.output import Output
 from backstep.engine.capture.passes import (
     _ACCUMULATE,
@@ -71,6 +72,7 @@ class Capture(Hooks, Output, TensorValues):
         self._released_queue: list[dict[str, Any]] = []
         # provenance's annotate(roots): completes source/module tags before they are read
         self.annotate: Any = None
+        self.listings = Listings()  # pass_begin's listing, reused while the shape repeats
         if controller is not None:
             controller.tensor_lookup = self._tensor_values
 
@@ -243,8 +245,8 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         if not p.leaf_names:
             self._name_leaves(p)
-        nodes, listing_text = graph.describe_all(p.leaf_names, sharded.comm_points(graph.nodes,
-                                                                              graph.names))
+        nodes, listing_text = self.listings.describe(
+            graph, p.leaf_names, sharded.comm_points(graph.nodes, graph.names))
         event = Encoded({
             "event": "pass_begin",
             "pass": p.number,

@@ -1,0 +1,88 @@
+"""``pass_begin``'s node listing, reused while passes keep the same shape.
+
+A training loop builds the same graph every step: the same node types and edges, the same leaf
+names, the same forward sources and modules; only the node ids are new. When a pass has the
+shape of the one before, its listing's text is that pass's with the new ids written in: one
+``str.format`` of a template made from ``Graph.describe_all`` itself (with stand-in ids), so the
+text is the one ``describe_all`` would write. A shape is remembered as strings and ints, and
+the source dicts provenance shares for good (held, so that comparing them by identity is
+sound): never a node or a tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from backstep.engine.graph import Graph, display_name
+
+_MARK = "\x00"  # JSON text writes control characters escaped: a raw one is always a stand-in
+_STAND_IN = re.compile(f"{_MARK}([0-9]+){_MARK}")
+
+
+class _Shape:
+    """What a listing depends on besides its ids, and (from its second sighting) its template."""
+
+    __slots__ = ("names", "edges", "leaves", "comms", "sources", "source_ids", "modules",
+                 "shown", "template")
+
+    def __init__(self, graph: Graph, leaves: dict[int, str], comms: dict[int, str],
+                 sources: list[Any], source_ids: list[int], modules: list[Any]) -> None:
+        self.names = graph.names
+        self.edges = graph.edges
+        self.leaves = dict(leaves)
+        self.comms = dict(comms)
+        self.sources = sources
+        self.source_ids = source_ids
+        self.modules = modules
+        self.shown: list[str] | None = None
+        self.template: str | None = None
+
+    def same(self, graph: Graph, leaves: dict[int, str], comms: dict[int, str],
+             source_ids: list[int], modules: list[Any]) -> bool:
+        return (self.names == graph.names and self.edges == graph.edges
+                and self.leaves == leaves and self.comms == comms
+                and self.source_ids == source_ids
+                and self.modules == modules)
+
+
+class Listings:
+    """``describe(graph, leaf_names)``: ``Graph.describe_all``'s answer, from the previous
+    pass's template when the shape repeats. ``enabled=False`` always takes the full path."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.reused = 0  # listings written from a template (for tests and benchmarks)
+        self._last: _Shape | None = None
+
+    def describe(self, graph: Graph, leaf_names: dict[int, str],
+                 comms: dict[int, str] | None = None) -> tuple[list[dict[str, Any]], str]:
+        """``comms``: as ``Graph.describe_all`` takes them (FSDP's communication points)."""
+        comms = comms or {}
+        if not self.enabled:
+            return graph.describe_all(leaf_names, comms)
+        tags = graph.tags()
+        sources, modules = tags
+        source_ids = list(map(id, sources))
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last is None or not last.same(graph, leaf_names, comms, source_ids, modules):
+            self._last = _Shape(graph, leaf_names, comms, sources, source_ids, modules)
+            return graph.describe_all(leaf_names, comms, None, tags)
+        if last.template is None:  # seen twice: worth a template
+            count = len(graph)
+            stand_ins = [f"{_MARK}{i}{_MARK}" for i in range(count)]
+            _, text = graph.describe_all(leaf_names, comms, stand_ins, tags)
+            escaped = text.replace("{", "{{").replace("}", "}}")
+            last.shown = [display_name(name) for name in last.names]
+            last.template = _STAND_IN.sub(r"{0[\1]}", escaped)
+        self.reused += 1
+        ids = graph.ids
+        edges, shown, leaves = last.edges, last.shown, last.leaves
+        assert shown is not None
+        dicts = [{"id": ids[i], "name": shown[i],
+                  "next": [None if j is None else ids[j] for j in edges[i]],
+                  "leaf": leaves.get(i), "source": sources[i], "module": modules[i]}
+                 for i in range(len(ids))]
+        for i, comm in last.comms.items():
+            dicts[i]["comm"] = comm
+        return dicts, last.template.format(ids)
