@@ -180,3 +180,23 @@ def test_gradients_are_the_same_with_and_without_reuse(reuse: bool) -> None:
     traced: list[torch.Tensor] = []
     _trace(reuse, lambda: traced.extend(run()))
     assert all(torch.equal(a, b) for a, b in zip(plain, traced, strict=True))
+
+
+def test_communication_labels_are_part_of_the_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP's labels (``sharded.comm_points``) change while the graph keeps its shape: a
+    listing written from the template must carry this pass's labels, as the full path does."""
+    from backstep.engine import sharded
+
+    def labels(counter: itertools.count) -> Callable[..., dict[int, str]]:
+        def comm_points(nodes: list[Any], names: list[str]) -> dict[int, str]:
+            step = next(counter)
+            return {0: "reduce-scatter"} if step % 3 else {1: "all-gather"}
+        return comm_points
+
+    monkeypatch.setattr(sharded, "comm_points", labels(itertools.count()))
+    full, _ = _trace(False, _training_loop)
+    monkeypatch.setattr(sharded, "comm_points", labels(itertools.count()))
+    reused, count = _trace(True, _training_loop)
+    assert b'"comm":"all-gather"' in full and b'"comm":"reduce-scatter"' in full
+    assert reused == full
+    assert count >= 1
