@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-FLOOR = (2, 10)
-FLOOR_TEXT = "2.10"
+FLOOR = (2, 4)
+FLOOR_TEXT = "2.4"
 
 # Private names the engine needs, dotted from ``torch``, and where and why it uses each. Node
 # internals are checked on a representative generated node class (MulBackward0 saves ``self``
@@ -51,8 +51,6 @@ REQUIRED: dict[str, str] = {
     "torch._C._functions.MulBackward0._raw_saved_self":
         "saved, provenance_tagging, provenance_inplace: Node._raw_saved_<name>, their status "
         "read without unpacking",
-    "torch._C._autograd.SavedTensor.data":
-        "saved, provenance_tagging: a saved tensor's data, None once freed (torch 2.9 lacks it)",
     "torch.Tensor._version":
         "saved, provenance_*: the in-place version counter, for 'modified in place'",
     "torch._foreach_norm": "summary: the norms of a batch of gradients in one kernel",
@@ -60,6 +58,12 @@ REQUIRED: dict[str, str] = {
 
 # Used when present, with a fallback when not: never a reason to refuse a torch.
 OPTIONAL: dict[str, str] = {
+    "torch._C._autograd.SavedTensor.data":
+        "saved, provenance_tagging: a saved tensor's data, None once freed, read without "
+        "unpacking; without it (torch < 2.10) each saved tensor is listed by name, status "
+        "unknown (see saved_tensor_data)",
+    "torch._C._autograd.SavedTensor.unpack_hook":
+        "saved: whether a saved tensor went through saved_tensors_hooks (read with .data)",
     "torch.compiler._is_compiling_flag": "provenance_calls, provenance_tagging: fast path",
     "torch.compiler.is_dynamo_compiling": "provenance_calls, provenance_tagging: fast path",
     "torch.distributed.distributed_c10d._get_default_group":
@@ -84,6 +88,16 @@ for name in sys.argv[1:]:
     except Exception:
         print("missing", name)
 """
+
+
+def saved_tensor_data(torch: Any) -> bool:
+    """Whether this torch reads a saved tensor without unpacking it (``SavedTensor.data``).
+
+    Without it the only way to a saved tensor's shape or status is to unpack it, which runs the
+    unpack hook (a forward recompute under checkpoint) and raises on a freed or modified tensor:
+    backstep never does that, and lists such tensors by name with status ``unknown``."""
+    saved_tensor = getattr(getattr(torch._C, "_autograd", None), "SavedTensor", None)
+    return saved_tensor is not None and hasattr(saved_tensor, "data")
 
 
 def installed_version() -> str | None:
