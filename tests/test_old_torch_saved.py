@@ -15,10 +15,15 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from backstep.engine import saved
+from backstep.engine.capture import Capture
+from backstep.engine.controller import Controller
+from backstep.engine.recorder import ListRecorder
 from backstep.engine.torch_api import saved_tensor_data
 from backstep.tui.app import BackstepApp
 from backstep.tui.saved import UNKNOWN_LINE, SavedPanel
+from tests.test_diagnostics import PITFALLS, check_script, diagnose
 from tests.test_engine_events import nodes_of, record
+from tests.test_engine_fidelity import captured
 from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, upto_stop
 
@@ -107,3 +112,26 @@ async def test_the_panel_is_quiet_when_every_status_is_known() -> None:
     async with app.run_test(size=(140, 42)) as pilot:
         await settle(pilot)
         assert "SavedTensor.data" not in str(app.query_one(SavedPanel).render())
+
+
+def test_a_second_backward_is_diagnosed_and_names_the_freed_tensor(old_torch: None) -> None:
+    """torch's own error says the node's saved tensors were freed: the diagnosis names them and
+    the pass that freed them, as with SavedTensor.data."""
+    check_script(PITFALLS / "backward_twice.py")
+    (d,) = [e for e in diagnose(PITFALLS / "backward_twice.py") if e["event"] == "diagnosis"]
+    assert "PowBackward0" in d["message"] and "`self`" in d["message"]
+    assert "pass 1" in d["message"]
+
+
+def test_a_second_backward_without_hooks_names_its_node(old_torch: None) -> None:
+    controller = Controller(lambda e: None, stop_at_pass_start=False)  # nothing can stop
+    rec = ListRecorder()
+    with captured(Capture(rec, controller, record=False)):
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        c = (a.exp() * 2).sum()
+        c.backward()
+        with pytest.raises(RuntimeError, match="second time"):
+            c.backward()
+    (failed,) = [e for e in rec.of("node") if e["error"]]
+    assert failed["name"] == "MulBackward0"
+    assert {s["status"] for s in failed["saved"]} == {"unknown"}

@@ -27,6 +27,7 @@ from backstep.engine.provenance import (
 )
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance import inplace as provenance_inplace
+from tests.torch_features import needs_saved_data
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HERE = str(Path(__file__).resolve())
@@ -821,6 +822,7 @@ def test_user_errors_unchanged() -> None:
 # -- saved versions and in-place history -------------------------------------------------------
 
 
+@needs_saved_data
 def test_saved_versions_recorded_at_creation() -> None:
     x = torch.randn(3, requires_grad=True)
     with Provenance():
@@ -861,6 +863,7 @@ def test_inplace_history_names_the_line() -> None:
     assert inplace_history(torch.zeros(1)) == []
 
 
+@needs_saved_data
 def test_inplace_history_of_saved_tensors() -> None:
     """The diagnosis path: a saved tensor read without unpacking finds who modified it."""
     x = torch.randn(3, requires_grad=True)
