@@ -36,7 +36,7 @@ cd "$root"
 if [[ $# -eq 0 ]]; then
     set -- tests/test_engine_fidelity.py tests/test_trace_cli.py tests/test_engine_events.py \
         tests/test_provenance.py tests/test_provenance_calls.py tests/test_diagnostics.py \
-        tests/test_torch_floor.py
+        tests/test_torch_floor.py tests/test_old_torch_saved.py
 fi
 set +e
 python -m pytest -q -p no:cacheprovider "$@"

@@ -82,7 +82,7 @@ def node_names(events: list[dict[str, Any]]) -> dict[int, str]:
 
 # an in-place culprit is found through the saved tensor's version, which needs SavedTensor.data
 @pytest.mark.parametrize("script", [
-    pytest.param(s, marks=needs_saved_data) if s.stem.startswith("inplace_saved") else s
+    pytest.param(s, marks=needs_saved_data) if "inplace_op" in s.read_text() else s
     for s in SCRIPTS], ids=[s.stem for s in SCRIPTS])
 def test_pitfall(script: Path) -> None:
     check_script(script)
@@ -121,7 +121,8 @@ def test_messages_name_what_and_where() -> None:
         assert "`add_`" in d["message"] and "`a = a.add(1)`" in d["message"]
     events = diagnose(PITFALLS / "retain_graph_loop.py")
     (d,) = [e for e in events if e["event"] == "diagnosis"]
-    assert "KiB" in d["message"] or "bytes" in d["message"]
+    if saved.SAVED_DATA:  # the bytes held are known
+        assert "KiB" in d["message"] or "bytes" in d["message"]
 
 
 def test_events_pass_through_unchanged_and_diagnoses_follow_their_cause() -> None:

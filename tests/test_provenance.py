@@ -324,6 +324,7 @@ def test_user_module_inside_sequential_gradients_bit_identical() -> None:
     assert torch.equal(plain_x, x.grad)
 
 
+@needs_saved_data  # the test reads .data
 def test_inplace_module_inside_library_module_names_the_user_line() -> None:
     torch.manual_seed(0)
     x = torch.randn(4, 6, requires_grad=True)

@@ -77,9 +77,13 @@ OPTIONAL: dict[str, str] = {
 }
 
 _PROBE_TIMEOUT = 300.0
+_SAFE_PATH = ("-P",) if hasattr(sys.flags, "safe_path") else ()  # Python 3.11+
 _FAILED = "-import-failed"  # suffix of the cache marker of a probe whose torch did not import
 # what the child runs: self-contained, so it works wherever backstep itself is importable or not
-_PROBE = """import sys, torch
+_PROBE = """import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # the working directory, where -P (3.11+) does not exist (3.10)
+import torch
 for name in sys.argv[1:]:
     value = torch
     try:
@@ -203,7 +207,7 @@ def check() -> str | None:
 def _probe(names: list[str]) -> list[str] | None:
     """Import torch in a child Python and list which ``names`` it lacks; None if it fails.
 
-    ``-P`` (Python 3.11+): nothing is put before the installed packages on ``sys.path``. A plain
+    ``-P`` (Python 3.11+; on 3.10 the probe drops that entry itself): nothing is put before the installed packages on ``sys.path``. A plain
     ``python -c`` puts the working directory there, so a ``torch.py`` in it would run here,
     although ``python /abs/script.py`` never looks in the working directory. PYTHONPATH and the
     user site stay, as for the script, so the probe finds the torch the script would find, except
@@ -211,7 +215,7 @@ def _probe(names: list[str]) -> list[str] | None:
     script's own import, by the debuggee's post-import hook (``check_imported``)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-P", "-c", _PROBE, *names],
+            [sys.executable, *_SAFE_PATH, "-c", _PROBE, *names],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_PROBE_TIMEOUT,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
