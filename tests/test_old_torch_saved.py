@@ -135,3 +135,20 @@ def test_a_second_backward_without_hooks_names_its_node(old_torch: None) -> None
     (failed,) = [e for e in rec.of("node") if e["error"]]
     assert failed["name"] == "MulBackward0"
     assert {s["status"] for s in failed["saved"]} == {"unknown"}
+
+
+def test_a_backward_traced_under_make_fx_is_no_pass() -> None:
+    """AOTAutograd traces torch.compile's backward under make_fx's proxy mode; before torch 2.13
+    ``torch.compiler.is_compiling()`` is False there (seen on 2.4 to 2.12), and the trace showed
+    as a pass of the user's. The same tracing, done by hand, must stay out of the passes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def grad_of(x: torch.Tensor) -> torch.Tensor:
+        return torch.autograd.grad(x.sin().sum(), x)[0]
+
+    traced: list[Any] = []
+    rec = record(lambda: traced.append(make_fx(grad_of)(torch.randn(3, requires_grad=True))))
+    assert "cos" in traced[0].code
+    assert rec.of("pass_begin") == []
+    x = torch.randn(3, requires_grad=True)
+    assert record(lambda: grad_of(x)).of("pass_begin") != []  # a real one still is

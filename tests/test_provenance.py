@@ -695,8 +695,10 @@ class Inner(nn.Module):
         return torch.tanh(self.fc(x))  # @inner
 
 
-def snapshot(root: Any) -> dict[int, tuple[Any, Any]]:
-    return {id(n): (source_of(n), module_of(n)) for n in nodes(root)}
+def snapshot(root: Any) -> dict[Any, tuple[Any, Any]]:
+    """Each node's tags, keyed by the node itself: before torch 2.13 a node's Python object dies
+    with its last reference and the next one may reuse its id for another node."""
+    return {n: (source_of(n), module_of(n)) for n in nodes(root)}
 
 
 def test_checkpoint_non_reentrant() -> None:

@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 FLOOR = (2, 4)
@@ -65,6 +65,10 @@ OPTIONAL: dict[str, str] = {
     "torch._C._autograd.SavedTensor.unpack_hook":
         "saved: whether a saved tensor went through saved_tensors_hooks (read with .data)",
     "torch.compiler._is_compiling_flag": "provenance_calls, provenance_tagging: fast path",
+    "torch._C._get_dispatch_mode":
+        "capture: a backward traced under make_fx's proxy mode is torch.compile's own "
+        "(AOTAutograd), not one of the user's passes; see compile_tracing",
+    "torch._C._TorchDispatchModeKey.PROXY": "capture: (as above)",
     "torch.compiler.is_dynamo_compiling": "provenance_calls, provenance_tagging: fast path",
     "torch.distributed.distributed_c10d._get_default_group":
         "process_group: the default group's backends (ProcessGroup._get_backend, "
@@ -102,6 +106,18 @@ def saved_tensor_data(torch: Any) -> bool:
     backstep never does that, and lists such tensors by name with status ``unknown``."""
     saved_tensor = getattr(getattr(torch._C, "_autograd", None), "SavedTensor", None)
     return saved_tensor is not None and hasattr(saved_tensor, "data")
+
+
+def compile_tracing(torch: Any) -> Callable[[], bool]:
+    """A check for a backward that torch.compile traces (AOTAutograd, under make_fx's proxy
+    dispatch mode) rather than runs. Recent torch says so in ``torch.compiler.is_compiling()``;
+    before that (seen on 2.4 to 2.12) only the proxy mode on the stack does. Always False on a
+    torch without the mode's getter."""
+    get_mode = getattr(torch._C, "_get_dispatch_mode", None)
+    proxy = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
+    if get_mode is None or proxy is None:
+        return lambda: False
+    return lambda: get_mode(proxy) is not None
 
 
 def installed_version() -> str | None:
