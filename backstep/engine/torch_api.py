@@ -223,9 +223,10 @@ def check() -> str | None:
 def _probe(names: list[str]) -> list[str] | None:
     """Import torch in a child Python and list which ``names`` it lacks; None if it fails.
 
-    ``-P`` (Python 3.11+; on 3.10 the probe drops that entry itself): nothing is put before the installed packages on ``sys.path``. A plain
-    ``python -c`` puts the working directory there, so a ``torch.py`` in it would run here,
-    although ``python /abs/script.py`` never looks in the working directory. PYTHONPATH and the
+    ``-P`` (Python 3.11+; on 3.10 the probe drops that entry itself): nothing is put before
+    the installed packages on ``sys.path``. A plain ``python -c`` puts the working directory
+    there, so a ``torch.py`` in it would run here, although ``python /abs/script.py`` never
+    looks in the working directory. PYTHONPATH and the
     user site stay, as for the script, so the probe finds the torch the script would find, except
     one in the script's own directory (its ``sys.path[0]``): that one is checked after the
     script's own import, by the debuggee's post-import hook (``check_imported``)."""
