@@ -24,12 +24,14 @@ from typing import Any
 import pytest
 import torch
 
+from backstep.engine import saved
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.diagnostics.rules import MAX_FREED, EventRules
 from backstep.engine.provenance import Provenance
 from backstep.engine.recorder import ListRecorder
 from backstep.trace_form import expand
+from tests.torch_features import needs_saved_data
 
 PITFALLS = Path(__file__).parent / "pitfalls"
 SCRIPTS = sorted(PITFALLS.glob("*.py"))
@@ -78,7 +80,10 @@ def node_names(events: list[dict[str, Any]]) -> dict[int, str]:
     return {n["id"]: n["name"] for e in events if e["event"] == "pass_begin" for n in e["nodes"]}
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+# an in-place culprit is found through the saved tensor's version, which needs SavedTensor.data
+@pytest.mark.parametrize("script", [
+    pytest.param(s, marks=needs_saved_data) if "inplace_op" in s.read_text() else s
+    for s in SCRIPTS], ids=[s.stem for s in SCRIPTS])
 def test_pitfall(script: Path) -> None:
     check_script(script)
 
@@ -109,13 +114,15 @@ def test_messages_name_what_and_where() -> None:
     (d,) = [e for e in events if e["event"] == "diagnosis"]
     assert "PowBackward0" in d["message"] and "`self`" in d["message"]
     assert "pass 1" in d["message"] and "retain_graph=True" in d["message"]
-    events = diagnose(PITFALLS / "inplace_saved_input.py")
-    (d,) = [e for e in events if e["event"] == "diagnosis"]
-    assert "version 0" in d["message"] and "version 1" in d["message"]
-    assert "`add_`" in d["message"] and "`a = a.add(1)`" in d["message"]
+    if saved.SAVED_DATA:  # the culprit is found through the saved tensor's version
+        events = diagnose(PITFALLS / "inplace_saved_input.py")
+        (d,) = [e for e in events if e["event"] == "diagnosis"]
+        assert "version 0" in d["message"] and "version 1" in d["message"]
+        assert "`add_`" in d["message"] and "`a = a.add(1)`" in d["message"]
     events = diagnose(PITFALLS / "retain_graph_loop.py")
     (d,) = [e for e in events if e["event"] == "diagnosis"]
-    assert "KiB" in d["message"] or "bytes" in d["message"]
+    if saved.SAVED_DATA:  # the bytes held are known
+        assert "KiB" in d["message"] or "bytes" in d["message"]
 
 
 def test_events_pass_through_unchanged_and_diagnoses_follow_their_cause() -> None:

@@ -27,6 +27,7 @@ from backstep.engine.provenance import (
 )
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance import inplace as provenance_inplace
+from tests.torch_features import needs_saved_data
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HERE = str(Path(__file__).resolve())
@@ -323,6 +324,7 @@ def test_user_module_inside_sequential_gradients_bit_identical() -> None:
     assert torch.equal(plain_x, x.grad)
 
 
+@needs_saved_data  # the test reads .data
 def test_inplace_module_inside_library_module_names_the_user_line() -> None:
     torch.manual_seed(0)
     x = torch.randn(4, 6, requires_grad=True)
@@ -693,8 +695,10 @@ class Inner(nn.Module):
         return torch.tanh(self.fc(x))  # @inner
 
 
-def snapshot(root: Any) -> dict[int, tuple[Any, Any]]:
-    return {id(n): (source_of(n), module_of(n)) for n in nodes(root)}
+def snapshot(root: Any) -> dict[Any, tuple[Any, Any]]:
+    """Each node's tags, keyed by the node itself: before torch 2.13 a node's Python object dies
+    with its last reference and the next one may reuse its id for another node."""
+    return {n: (source_of(n), module_of(n)) for n in nodes(root)}
 
 
 def test_checkpoint_non_reentrant() -> None:
@@ -821,6 +825,7 @@ def test_user_errors_unchanged() -> None:
 # -- saved versions and in-place history -------------------------------------------------------
 
 
+@needs_saved_data
 def test_saved_versions_recorded_at_creation() -> None:
     x = torch.randn(3, requires_grad=True)
     with Provenance():
@@ -861,6 +866,7 @@ def test_inplace_history_names_the_line() -> None:
     assert inplace_history(torch.zeros(1)) == []
 
 
+@needs_saved_data
 def test_inplace_history_of_saved_tensors() -> None:
     """The diagnosis path: a saved tensor read without unpacking finds who modified it."""
     x = torch.randn(3, requires_grad=True)

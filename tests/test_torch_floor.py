@@ -32,6 +32,8 @@ MAJOR, MINOR = torch_api.FLOOR
     ("2.2.2", False), ("1.13.1", False), (f"{MAJOR}.{MINOR - 1}.9", False),
     (f"{MAJOR}.{MINOR}.0", True), (f"{MAJOR}.{MINOR}.0a0+git1234", True),
     (f"{MAJOR}.{MINOR + 1}.0+cpu", True), (f"{MAJOR + 1}.0.0", True), ("nightly", True),
+    # the floor is 2.4: 2.4 to 2.9 lack SavedTensor.data, and run with saved status unknown
+    ("2.3.1", False), ("2.4.1+cu121", True), ("2.9.1", True), ("2.10.0", True),
 ])
 def test_the_floor(version: str, ok: bool) -> None:
     problem = torch_api.version_problem(version)

@@ -30,11 +30,15 @@ import fnmatch
 import json
 import re
 import string
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as its own package
+    import tomli as tomllib  # type: ignore[no-redef]
 
 TOP_KEYS = frozenset({"title", "intro", "outro", "stop"})
 STOP_KEYS = frozenset({"pass", "step", "node", "text"})

@@ -3,7 +3,9 @@ re-runs the forward under checkpoint and raises when stale).
 
 Statuses: ``alive``; ``freed`` (released by an earlier pass without retain_graph); ``modified``
 (changed in place since it was saved); ``none`` (PyTorch did not need to save it); ``packed``
-(held by saved_tensors_hooks, as under checkpoint); ``scalar`` (a saved number or size).
+(held by saved_tensors_hooks, as under checkpoint); ``scalar`` (a saved number or size);
+``unknown`` (a torch without ``SavedTensor.data``, before 2.10: nothing about a saved tensor can be
+read without unpacking it, and unpacking re-runs checkpoint forwards, so only its name is known).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 
 from backstep.engine.summary import _dtype_name
+from backstep.engine.torch_api import saved_tensor_data
 from backstep.trace_form import compact_saved
 
 VERSIONS_KEY = "backstep.saved_versions"
@@ -22,6 +25,9 @@ _RAW = "_raw_saved_"
 _names: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 _VERSION_RE = re.compile(r"is at version (\d+); expected version (\d+)")
 _SavedTensor = getattr(torch._C._autograd, "SavedTensor", ())
+# False on a torch without SavedTensor.data: saved tensors are then listed with status "unknown"
+# and never unpacked (tests set it False to stand in for such a torch)
+SAVED_DATA = saved_tensor_data(torch)
 
 
 def _attribute_names(node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -64,6 +70,9 @@ def _scalar(value: Any) -> Any:
 def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check: bool) -> dict:
     entry: dict[str, Any] = {"name": name, "status": "alive", "shape": None, "dtype": None,
                              "bytes": 0, "version": None}
+    if not SAVED_DATA:
+        entry["status"] = "unknown"  # only unpacking could tell, and backstep never unpacks
+        return entry
     if getattr(raw, "unpack_hook", None) is not None:
         # saved through saved_tensors_hooks (checkpoint, offloading): unpacking would run the
         # user's hook (a forward recompute under checkpoint), so report it as packed
@@ -141,6 +150,10 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
             recorded = node.metadata.get(VERSIONS_KEY)
             for raw_attr, attr, name in tensors:
                 raw = getattr(node, raw_attr)
+                if not SAVED_DATA:  # each one "unknown": the node's kind decides the entries
+                    if type(raw) is not _SavedTensor:
+                        return saved_status(node), None
+                    continue
                 if type(raw) is not _SavedTensor or raw.unpack_hook is not None:
                     return saved_status(node), None
                 data = raw.data

@@ -20,11 +20,11 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-FLOOR = (2, 10)
-FLOOR_TEXT = "2.10"
+FLOOR = (2, 4)
+FLOOR_TEXT = "2.4"
 
 # Private names the engine needs, dotted from ``torch``, and where and why it uses each. Node
 # internals are checked on a representative generated node class (MulBackward0 saves ``self``
@@ -51,8 +51,6 @@ REQUIRED: dict[str, str] = {
     "torch._C._functions.MulBackward0._raw_saved_self":
         "saved, provenance_tagging, provenance_inplace: Node._raw_saved_<name>, their status "
         "read without unpacking",
-    "torch._C._autograd.SavedTensor.data":
-        "saved, provenance_tagging: a saved tensor's data, None once freed (torch 2.9 lacks it)",
     "torch.Tensor._version":
         "saved, provenance_*: the in-place version counter, for 'modified in place'",
     "torch._foreach_norm": "summary: the norms of a batch of gradients in one kernel",
@@ -60,7 +58,17 @@ REQUIRED: dict[str, str] = {
 
 # Used when present, with a fallback when not: never a reason to refuse a torch.
 OPTIONAL: dict[str, str] = {
+    "torch._C._autograd.SavedTensor.data":
+        "saved, provenance_tagging: a saved tensor's data, None once freed, read without "
+        "unpacking; without it (torch < 2.10) each saved tensor is listed by name, status "
+        "unknown (see saved_tensor_data)",
+    "torch._C._autograd.SavedTensor.unpack_hook":
+        "saved: whether a saved tensor went through saved_tensors_hooks (read with .data)",
     "torch.compiler._is_compiling_flag": "provenance_calls, provenance_tagging: fast path",
+    "torch._C._get_dispatch_mode":
+        "capture: a backward traced under make_fx's proxy mode is torch.compile's own "
+        "(AOTAutograd), not one of the user's passes; see compile_tracing",
+    "torch._C._TorchDispatchModeKey.PROXY": "capture: (as above)",
     "torch.compiler.is_dynamo_compiling": "provenance_calls, provenance_tagging: fast path",
     "torch.distributed.distributed_c10d._get_default_group":
         "process_group: the default group's backends (ProcessGroup._get_backend, "
@@ -85,9 +93,13 @@ OPTIONAL: dict[str, str] = {
 }
 
 _PROBE_TIMEOUT = 300.0
+_SAFE_PATH = ("-P",) if hasattr(sys.flags, "safe_path") else ()  # Python 3.11+
 _FAILED = "-import-failed"  # suffix of the cache marker of a probe whose torch did not import
 # what the child runs: self-contained, so it works wherever backstep itself is importable or not
-_PROBE = """import sys, torch
+_PROBE = """import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # the working directory, where -P (3.11+) does not exist (3.10)
+import torch
 for name in sys.argv[1:]:
     value = torch
     try:
@@ -96,6 +108,28 @@ for name in sys.argv[1:]:
     except Exception:
         print("missing", name)
 """
+
+
+def saved_tensor_data(torch: Any) -> bool:
+    """Whether this torch reads a saved tensor without unpacking it (``SavedTensor.data``).
+
+    Without it the only way to a saved tensor's shape or status is to unpack it, which runs the
+    unpack hook (a forward recompute under checkpoint) and raises on a freed or modified tensor:
+    backstep never does that, and lists such tensors by name with status ``unknown``."""
+    saved_tensor = getattr(getattr(torch._C, "_autograd", None), "SavedTensor", None)
+    return saved_tensor is not None and hasattr(saved_tensor, "data")
+
+
+def compile_tracing(torch: Any) -> Callable[[], bool]:
+    """A check for a backward that torch.compile traces (AOTAutograd, under make_fx's proxy
+    dispatch mode) rather than runs. Recent torch says so in ``torch.compiler.is_compiling()``;
+    before that (seen on 2.4 to 2.12) only the proxy mode on the stack does. Always False on a
+    torch without the mode's getter."""
+    get_mode = getattr(torch._C, "_get_dispatch_mode", None)
+    proxy = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
+    if get_mode is None or proxy is None:
+        return lambda: False
+    return lambda: get_mode(proxy) is not None
 
 
 def installed_version() -> str | None:
@@ -201,15 +235,16 @@ def check() -> str | None:
 def _probe(names: list[str]) -> list[str] | None:
     """Import torch in a child Python and list which ``names`` it lacks; None if it fails.
 
-    ``-P`` (Python 3.11+): nothing is put before the installed packages on ``sys.path``. A plain
-    ``python -c`` puts the working directory there, so a ``torch.py`` in it would run here,
-    although ``python /abs/script.py`` never looks in the working directory. PYTHONPATH and the
+    ``-P`` (Python 3.11+; on 3.10 the probe drops that entry itself): nothing is put before
+    the installed packages on ``sys.path``. A plain ``python -c`` puts the working directory
+    there, so a ``torch.py`` in it would run here, although ``python /abs/script.py`` never
+    looks in the working directory. PYTHONPATH and the
     user site stay, as for the script, so the probe finds the torch the script would find, except
     one in the script's own directory (its ``sys.path[0]``): that one is checked after the
     script's own import, by the debuggee's post-import hook (``check_imported``)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-P", "-c", _PROBE, *names],
+            [sys.executable, *_SAFE_PATH, "-c", _PROBE, *names],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_PROBE_TIMEOUT,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )

@@ -10,7 +10,11 @@ from backstep.tui.focus import Focus
 from backstep.tui.format import apart_width, cut_apart, cut_middle, nbytes, shape_text
 from backstep.tui.snapshot import SavedInfo
 
-STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red"}
+STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red", "unknown": "yellow"}
+# under the table when the engine could not read a saved tensor (status "unknown"): the traced
+# torch has no SavedTensor.data, and unpacking would re-run checkpoint forwards
+UNKNOWN_LINE = ("torch < 2.10 has no SavedTensor.data: saved tensors' shapes, sizes and status "
+                "are unknown")
 
 
 def status_text(item: SavedInfo, released: bool = False) -> Text:
@@ -147,6 +151,9 @@ class SavedPanel(Static):
         else:
             parts.append(saved_table(saved, released, self.content_region.width))
             shape.append(("rows", len(saved)))  # one line a row (cut, never wrapped), a header
+            if any(item.status == "unknown" for item in saved):
+                parts.append(Text(UNKNOWN_LINE, style="dim italic"))
+                shape.append(("unknown", len(UNKNOWN_LINE)))  # it wraps on a narrow panel
         if view is not None:
             held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),

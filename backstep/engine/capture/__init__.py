@@ -39,8 +39,11 @@ from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
+from backstep.engine.torch_api import compile_tracing
 
 __all__ = ["Capture", "Pass", "gradient_trip"]
+
+_compile_tracing = compile_tracing(torch)
 
 
 class Capture(Hooks, Output, TensorValues):
@@ -123,7 +126,7 @@ class Capture(Hooks, Output, TensorValues):
 
     # -- one pass ---------------------------------------------------------------------------
     def _run(self, original: Any, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or _compile_tracing():
             # torch.compile tracing its own backward (AOTAutograd): not one of the user's passes
             return original(t_outputs, *args, **kwargs)
         with self._lock:

@@ -47,6 +47,8 @@ class Output:
             p = self._begin(number, t_outputs, args, kwargs, live=False)
             graph = p.graph
             inplace = "modified by an inplace operation" in str(exc)
+            # without SavedTensor.data (status "unknown") torch's own error says they were freed
+            freed = ("freed", "unknown") if "graph a second time" in str(exc) else ("freed",)
             failed = saved = None
             for i in graph.execution_order():
                 node = graph.nodes[i]
@@ -60,7 +62,7 @@ class Output:
                     failed, saved = i, statuses
                     break
                 if not inplace:
-                    if "freed" in kinds:
+                    if not kinds.isdisjoint(freed):
                         failed, saved = i, statuses
                     break
             self._announce(p)

@@ -23,7 +23,8 @@ MAX_STATUSES = 4096  # saved lists remembered with their statuses (each held: id
 NONFINITE_PER_PASS = 3
 _SECOND_TIME = "backward through the graph a second time"
 _INPLACE = "modified by an inplace operation"
-_HELD = frozenset({"alive", "freed", "packed"})  # statuses of tensors a pass frees
+# statuses of tensors a pass frees ("unknown": a torch without SavedTensor.data, a tensor all the same)
+_HELD = frozenset({"alive", "freed", "packed", "unknown"})
 _NO_STATUS: frozenset[str] = frozenset()
 _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
@@ -186,7 +187,9 @@ class EventRules:
         node_id = event.get("id")
         name = event.get("name") or "a node"
         _, source = self._node_info(info, node_id)
-        freed = [s["name"] for s in saved if s.get("status") == "freed"]
+        # a torch without SavedTensor.data cannot tell; torch's error says they were freed
+        gone = ("freed", "unknown") if _SECOND_TIME in error else ("freed",)
+        freed = [s["name"] for s in saved if s.get("status") in gone]
         what = (f"the tensor{'s' if len(freed) > 1 else ''} it saved in the forward "
                 f"({text.names(freed)})") if freed else "the tensors it saved in the forward"
         earlier = self.freed_by.get(node_id)

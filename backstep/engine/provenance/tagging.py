@@ -28,6 +28,7 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
+from backstep.engine import saved as saved_tensors
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance.frames import find_source
 from backstep.engine.provenance.inplace import _names as _known_names
@@ -105,7 +106,8 @@ class TaggingMode(TorchFunctionMode):
         super().__init__()
         self.enabled = True
         self.tracker = tracker
-        self.record_saved_versions = record_saved_versions
+        # a torch without SavedTensor.data has no version to read without unpacking
+        self.record_saved_versions = record_saved_versions and saved_tensors.SAVED_DATA
 
     def __torch_function__(
         self,
