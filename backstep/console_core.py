@@ -55,6 +55,7 @@ class Evaluator:
         self.namespace = namespace
         self.render = render
         self._thread: int | None = None  # ident while a line runs
+        self._sent = False  # interrupt() raised in it: a KeyboardInterrupt is on its way
         self._lock = threading.Lock()
 
     def evaluate(self, source: str) -> tuple[bool, str]:
@@ -87,13 +88,19 @@ class Evaluator:
         return True, clip_text(self.render(value))
 
     def _settle(self) -> None:
-        """Stop being interruptible; a KeyboardInterrupt that arrives meanwhile is dropped."""
+        """Stop being interruptible. A KeyboardInterrupt that ``interrupt`` sent too late to
+        arrive in the line arrives here and is dropped: it is raised at this thread's next
+        eval-breaker check, which a loop's backward jump makes. (Clearing it instead with
+        ``PyThreadState_SetAsyncExc(ident, NULL)`` leaves CPython 3.11's eval breaker set for
+        good: a later call under ``sys.setprofile`` then never gets past its first instruction.)"""
         while True:
             try:
                 with self._lock:
-                    ident, self._thread = self._thread, None
-                    if ident is not None:
-                        _async_raise(ident, None)  # a pending one, set too late, is cleared
+                    self._thread = None
+                    sent, self._sent = self._sent, False
+                if sent:  # one may still be pending (two ctrl+c, or one the line caught)
+                    for _ in range(64):  # the first backward jump raises a pending one
+                        pass
                 return
             except KeyboardInterrupt:
                 continue
@@ -104,6 +111,7 @@ class Evaluator:
             if self._thread is None:
                 return False
             _async_raise(self._thread, KeyboardInterrupt)
+            self._sent = True
             return True
 
     def close(self) -> None:
@@ -117,6 +125,6 @@ def _compile(source: str) -> tuple[Any, bool]:
         return compile(source, "<console>", "exec"), False
 
 
-def _async_raise(ident: int, exc: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                               ctypes.py_object(exc) if exc else None)
+def _async_raise(ident: int, exc: type[BaseException]) -> None:
+    """Never with NULL for ``exc``: see ``Evaluator._settle``."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
