@@ -45,13 +45,15 @@ def attach(
     trace: str | None = None,
     listen: str | None = None,
     wait: bool = True,
+    eager: bool = False,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed.
 
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
     ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) opens no UI here: a remote one attaches with
-    ``backstep connect``; ``wait`` makes this call wait for the first one.
+    ``backstep connect``; ``wait`` makes this call wait for the first one. ``eager`` turns
+    torch.compile off from here on (code compiled before is dropped), as ``--eager`` does.
     """
     global _current, _torch_warned
     from backstep.process.forks import in_multiprocessing_child
@@ -91,6 +93,10 @@ def attach(
                 _torch_warned = True
                 print(f"{problem} (the script continues without backstep)", file=sys.stderr)
             return
+        if eager:
+            from backstep.engine.compiled import eager as eager_mode
+
+            eager_mode.apply()
         try:
             _current.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the script

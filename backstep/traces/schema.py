@@ -176,7 +176,7 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
     "session": ({"version": INT_OR_NULL, "torch": STR_OR_NULL,
                  "argv": list_of(STR, "list of str or null"), "pid": INT_OR_NULL,
                  "python": STR_OR_NULL, "rank": INT_OR_NULL, "local_rank": INT_OR_NULL,
-                 "world_size": INT_OR_NULL, "hostname": STR_OR_NULL}, ()),
+                 "world_size": INT_OR_NULL, "hostname": STR_OR_NULL, "eager": BOOL_OR_NULL}, ()),
     "process_group": ({"backend": STR_OR_NULL, "rank": INT_OR_NULL, "world_size": INT_OR_NULL,
                        "timeout": NUM_OR_NULL}, ()),
     "pass_begin": ({"pass": INT, "parent": INT_OR_NULL, "api": STR_OR_NULL,

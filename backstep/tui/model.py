@@ -135,6 +135,7 @@ class SessionModel:
             torch=ev.get("torch") if isinstance(ev.get("torch"), str) else None,
             argv=tuple(str(a) for a in _tuple(ev.get("argv"))),
             pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+            eager=ev.get("eager") is True,
         )
         return replace(self._snap, session=info, running=True)
 
