@@ -18,7 +18,7 @@ import re
 import weakref
 from typing import Any
 
-from backstep.engine.compiled.artifacts import CompileLog, CompileKey
+from backstep.engine.compiled.artifacts import CompileKey, CompileLog
 
 NAME = "CompiledFunctionBackward"
 MAX_OPS = 4000  # ops listed per region; a longer backward says how many were left out
