@@ -299,6 +299,15 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, App[int]):
             self._diagnosis_pinned = False
             self._refresh_details()
 
+    @on(GraphPanel.OpChosen)
+    def _op_chosen(self, message: GraphPanel.OpChosen) -> None:
+        """An op of a compiled region: its region's gradients, the op's own forward line."""
+        if message.node != self.selected:
+            self.selected = message.node
+            self._diagnosis_pinned = False
+            self._refresh_details()
+        self.query_one(SourcePanel).show_source(message.op.source, f"compiled op {message.op.op}")
+
     @on(GradientsPanel.Open)
     def _open_tensor(self, message: GradientsPanel.Open) -> None:
         def request(offset: int, limit: int) -> int | None:
