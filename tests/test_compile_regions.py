@@ -81,7 +81,7 @@ def test_a_compiled_region_lists_its_backward_ops_with_their_forward_lines(
     assert node["name"] == "CompiledFunctionBackward"
     assert first["reason"] is None
     assert first["function"]["name"] == "forward"
-    assert first["function"]["file"].endswith("net.py") and first["function"]["line"] == 22
+    assert first["function"]["file"].endswith("net.py") and first["function"]["line"] == 24
     ops = first["ops"]
     assert ops[0]["op"].startswith("aten.")
     by_module = {op["module"] for op in ops}

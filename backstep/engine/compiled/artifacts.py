@@ -78,8 +78,21 @@ def sources_of(gm: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _innermost(trace: str) -> dict[str, Any] | None:
-    found = None
+def traced_function(gm: Any) -> dict[str, Any] | None:
+    """The user's function Dynamo compiled: the outermost frame of its graph's first stack
+    (Dynamo's own frame, for a compiled module, is torch's wrapper around it)."""
+    for node in gm.graph.nodes if gm is not None else ():
+        trace = node.meta.get("stack_trace")
+        frames = _frames(trace) if isinstance(trace, str) else []
+        if frames:
+            first = frames[0]
+            return {"file": first["file"], "line": first["line"], "name": first["function"]}
+    return None
+
+
+def _frames(trace: str) -> list[dict[str, Any]]:
+    """The frames of a formatted stack, outermost first, backstep's own left out."""
+    found = []
     lines = trace.splitlines()
     for i, line in enumerate(lines):
         frame = _FRAME.match(line)
@@ -87,9 +100,14 @@ def _innermost(trace: str) -> dict[str, Any] | None:
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) \
             else ""
-        found = {"file": frame.group(1), "line": int(frame.group(2)), "code": code,
-                 "function": frame.group(3)}
+        found.append({"file": frame.group(1), "line": int(frame.group(2)), "code": code,
+                      "function": frame.group(3)})
     return found
+
+
+def _innermost(trace: str) -> dict[str, Any] | None:
+    frames = _frames(trace)
+    return frames[-1] if frames else None
 
 
 def parse_sources(payload: str) -> dict[str, dict[str, Any]]:
@@ -174,9 +192,11 @@ class CompileLog(logging.Handler):
                 while len(self.graphs) > KEPT:
                     del self.graphs[next(iter(self.graphs))]
             if "dynamo_start" in metadata:
-                graph.function = self._function(metadata["dynamo_start"])
+                graph.function = graph.function or self._function(metadata["dynamo_start"])
                 return
-            graph._sources = sources_of(logged_graph(sys._getframe(1)))
+            gm = logged_graph(sys._getframe(1))
+            graph._sources = sources_of(gm)
+            graph.function = traced_function(gm) or graph.function
             if not graph._sources and isinstance(payload, str):
                 graph.payload, graph._sources = payload, None
 
