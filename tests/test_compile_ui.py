@@ -69,8 +69,8 @@ async def test_a_region_opens_on_its_fused_ops(tmp_path: Path) -> None:
             await pilot.pause()
             panel = app.query_one(GraphPanel)
             rows = _tree_rows(panel)
-            group = next(r for r in rows if r.startswith("⧉"))
-            assert group.startswith("⧉ 2 fused ops, not steps")
+            group = next(r for r in rows if r.startswith("◆"))
+            assert group.startswith("◆ 2 fused ops, not steps")
             whole = screen_text(app)  # the Gradients panel of the stop: the whole note
             assert "compiled region forward (t.py:7) · 2 ops" in whole
             assert "not individually steppable" in whole
@@ -103,8 +103,8 @@ async def test_an_unreadable_region_is_one_node_with_its_reason(tmp_path: Path) 
         async with app.run_test(size=(150, 44)) as pilot:
             await pilot.pause()
             rows = _tree_rows(app.query_one(GraphPanel))
-            assert sum(r.startswith("⧉") for r in rows) == 1
-            assert any(r.startswith("⧉ not an AOTAutograd region") for r in rows)  # cut to fit
+            assert sum(r.startswith("◆") for r in rows) == 1
+            assert any(r.startswith("◆ not an AOTAutograd region") for r in rows)  # cut to fit
             assert any("CompiledFunctionBackward" in r for r in rows)
             assert "not an AOTAutograd region" in screen_text(app)  # Gradients says so too
             assert isinstance(app.query_one(GraphPanel), Tree)

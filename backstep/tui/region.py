@@ -105,9 +105,9 @@ def group_label(region: RegionInfo) -> Text:
     """The graph panel's folded row: short, the count and "not steps" first (panels are narrow;
     the whole note is in the Gradients panel)."""
     if not region.ops:
-        return Text(f"⧉ {region.reason or 'backward graph not readable'}", style="dim italic")
+        return Text(f"◆ {region.reason or 'backward graph not readable'}", style="dim italic")
     count = len(region.ops) + region.left_out
-    text = Text(f"⧉ {count} fused op{'s' if count != 1 else ''}, not steps", style="magenta")
+    text = Text(f"◆ {count} fused op{'s' if count != 1 else ''}, not steps", style="magenta")
     where = function_text(region.function)
     if where:
         text.append(f" · {where}", style="dim")
@@ -117,8 +117,8 @@ def group_label(region: RegionInfo) -> Text:
 def note_label(region: RegionInfo) -> Text:
     """The group's first row: what the ops are, or the one line saying why there are none."""
     if not region.ops:
-        return Text(f"⧉ {region.reason or 'backward graph not readable'}", style="dim italic")
-    text = Text(f"⧉ {region.title()} · {NOT_STEPS}", style="magenta")
+        return Text(f"◆ {region.reason or 'backward graph not readable'}", style="dim italic")
+    text = Text(f"◆ {region.title()} · {NOT_STEPS}", style="magenta")
     if region.reason:
         text.append(f" ({region.reason})", style="dim")
     if region.left_out:
