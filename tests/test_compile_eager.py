@@ -10,8 +10,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+from backstep.traces.index import TraceIndex
 from backstep.tui.model import SessionModel
+from backstep.tui.replay_app import ReplayApp
 from backstep.tui.status import status_text
+from tests.test_tui import pilot
 
 ENV = {k: v for k, v in os.environ.items()
        if k not in ("PYTHONWARNINGS", "BACKSTEP_EAGER", "TORCH_COMPILE_DISABLE",
@@ -100,3 +103,21 @@ def test_the_status_line_says_compile_is_disabled_throughout() -> None:
     plain.apply({"event": "session", "version": 2, "torch": "2.13", "argv": ["t.py"], "pid": 1})
     assert "eager" not in status_text(plain.snapshot(), waiting=False, gone=None,
                                       breakpoints=0).plain
+
+
+@pilot
+async def test_a_replay_of_an_eager_trace_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    events = [{"event": "session", "version": 2, "torch": "2.13", "argv": ["t.py"], "pid": 1,
+               "eager": True},
+              {"event": "pass_begin", "pass": 1, "api": "backward", "roots": [1],
+               "nodes": [{"id": 1, "name": "SumBackward0", "next": []}]},
+              {"event": "node", "pass": 1, "step": 1, "id": 1, "name": "SumBackward0",
+               "grad_outputs": [], "grad_inputs": [], "saved": [], "error": None},
+              {"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    with TraceIndex(path) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            assert "compile disabled by --eager" in str(app.query_one("#status").render())
