@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.compiled_scripts import GPT
 
@@ -46,3 +47,44 @@ def test_compiled_gpt_is_bit_identical(tmp_path: Path, backend: str, how: str) -
     begins = [e for e in events if e["event"] == "pass_begin"]
     assert len(begins) == 3, "one pass per training step, none for the compiler's own tracing"
     assert any(n["name"] == "CompiledFunctionBackward" for n in begins[0]["nodes"])
+
+
+class _ManySaved(torch.autograd.Function):
+    """Saves 24 tensors, as a compiled region's CompiledFunction saves its activations."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(*([x] * 24))
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_tagging_a_functions_node_does_not_call_the_mode_per_saved_tensor() -> None:
+    """Function.apply (a compiled region's forward goes through it) tags its node outside the
+    mode's own __torch_function__: reading each saved tensor's version there went through the
+    mode once per tensor (59 calls per forward of a small compiled GPT, now 4)."""
+    from backstep.engine.provenance import Provenance, tagging
+
+    code = tagging.TaggingMode.__torch_function__.__code__
+    calls = []
+
+    def profile(frame, event, arg):  # noqa: ANN001, ANN202 - sys.setprofile's signature
+        if event == "call" and frame.f_code is code:
+            calls.append(frame.f_back.f_code.co_filename)
+
+    x = torch.ones(3, requires_grad=True)
+    provenance = Provenance()
+    provenance.install()
+    try:
+        sys.setprofile(profile)
+        y = _ManySaved.apply(x)
+        sys.setprofile(None)
+    finally:
+        sys.setprofile(None)
+        provenance.uninstall()
+    assert not [c for c in calls if c == tagging.__file__], "our own reads went through the mode"
+    assert len(calls) <= 2, calls
+    assert y.grad_fn.metadata.get("backstep.source") is not None  # still tagged
