@@ -5,7 +5,9 @@
 Each round runs ``compiled_gpt_run.py`` (a 2-layer GPT, d128, batch 4, seq 64) once plainly and
 once under ``backstep trace``, in alternating order, each with a fresh inductor cache (the
 compile is timed, not a cache hit). Targets: compile time (first forward+backward) <= 1.2x,
-steady-state forward <= 1.10x, and the same graph breaks, graphs and recompiles.
+steady-state forward <= 1.10x, and the same graph breaks, graphs and recompiles. "forward" is
+the median of each run's median step, "forward_min" the median of each run's fastest step (on a
+loaded machine the fastest step is the one that shows the code, not the neighbours).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def main() -> None:
 
     print(f"backend {args.backend}, {args.rounds} rounds, {args.threads} thread(s), "
           f"torch {__import__('torch').__version__}")
-    for key, target in (("compile", 1.2), ("forward", 1.10)):
+    for key, target in (("compile", 1.2), ("forward", 1.10), ("forward_min", 1.10)):
         p, t = median(plain, key), median(traced, key)
         unit, scale = ("s", 1.0) if key == "compile" else ("ms", 1e3)
         print(f"{key:8} plain {p * scale:8.2f} {unit}  trace {t * scale:8.2f} {unit}  "

@@ -88,3 +88,42 @@ def test_tagging_a_functions_node_does_not_call_the_mode_per_saved_tensor() -> N
     assert not [c for c in calls if c == tagging.__file__], "our own reads went through the mode"
     assert len(calls) <= 2, calls
     assert y.grad_fn.metadata.get("backstep.source") is not None  # still tagged
+
+
+MODE_AT_COMPILE = """\
+import torch
+import torch._dynamo
+from torch import nn
+
+seen = []
+torch._dynamo.callback_handler.register_start_callback(lambda *a: seen.append(
+    [type(torch._C._get_function_stack_at(i)).__name__
+     for i in range(torch._C._len_torch_function_stack())]))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).tanh()
+
+
+compiled = torch.compile(Net(), backend="aot_eager")
+for _ in range(2):
+    compiled(torch.randn(2, 4)).sum().backward()
+print(seen)
+"""
+
+
+def test_dynamo_compiles_a_user_module_without_backsteps_mode(tmp_path: Path) -> None:
+    """The torch-function mode stays paused in the forward Dynamo compiles (as it is absent
+    without backstep): Dynamo neither traces it into the graph nor guards on it, and the
+    compiled code never calls it."""
+    (tmp_path / "net.py").write_text(MODE_AT_COMPILE)
+    plain = _run([sys.executable, "net.py"], tmp_path)
+    under = _run([sys.executable, "-m", "backstep", "trace", "-o", "run.jsonl", "net.py"],
+                 tmp_path)
+    assert plain.returncode == 0 and "TaggingMode" not in under.stdout, under.stdout + under.stderr
+    assert under.stdout == plain.stdout, under.stderr
