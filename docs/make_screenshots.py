@@ -2,7 +2,9 @@
 
 - docs/screenshot.svg: screenshot_example.py, a few nodes into the pass;
 - docs/module-view.svg: modules_example.py, a few steps in, in the module view (m);
-- docs/gradient-flow.svg: flow_example.py, the pass finished (f), the gradient-flow chart (F).
+- docs/gradient-flow.svg: flow_example.py, the pass finished (f), the gradient-flow chart (F);
+- docs/compiled-region.svg: compiled_example.py, a torch.compile region's ops opened, the
+  cursor on one of them (its forward line in Source).
 
     python docs/make_screenshots.py [screenshot|module-view|gradient-flow ...]
 """
@@ -48,10 +50,24 @@ async def _gradient_flow(app: BackstepApp, pilot: Any, until: Until) -> None:
     await pilot.press("F")
 
 
+async def _compiled_region(app: BackstepApp, pilot: Any, until: Until) -> None:
+    panel = app.query_one(GraphPanel)
+    await until(lambda: bool(panel._regions), "the region's ops")
+    await pilot.pause(0.2)
+    group = next(n for n in panel.root.children[0].children
+                 if n.data is not None and n.data.kind == "region")
+    group.expand()
+    await pilot.pause(0.2)
+    panel.focus()
+    ops = [row for row in group.children if "gelu_backward" in row.label.plain]
+    panel.move_cursor(ops[0] if ops else group.children[0])  # its line in Block.forward
+
+
 SHOTS = {
     "screenshot": ("screenshot_example.py", _screenshot),
     "module-view": ("modules_example.py", _module_view),
     "gradient-flow": ("flow_example.py", _gradient_flow),
+    "compiled-region": ("compiled_example.py", _compiled_region),
 }
 
 

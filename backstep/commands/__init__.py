@@ -19,6 +19,9 @@ def add_script_arguments(
     ``-m MODULE`` and its argv (as ``python -m``: it ends the options)."""
     parser.add_argument("--no-source", action="store_true",
                         help="do not record the forward line and module of each node (faster)")
+    parser.add_argument("--eager", action="store_true",
+                        help="turn torch.compile off for the whole script: every node of a "
+                        "compiled model is a stop with its line and module")
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
                         help="run a library module as a script, as python -m does (ends the "
                         "options: the rest is the module's own argv)")
@@ -28,6 +31,10 @@ def add_script_arguments(
     def with_target(args: argparse.Namespace) -> int:
         if not script_target(args):
             parser.error("the following arguments are required: script (or -m MODULE)")
+        if args.eager:  # before anything imports Dynamo; the debuggee inherits it
+            from backstep.engine.compiled import eager
+
+            eager.apply()
         return handler(args)
 
     parser.usage = "%(prog)s [options] (script.py | -m MODULE) [args ...]"

@@ -23,7 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="compare two traces and say where their gradients start to differ",
         description="Align two traces pass by pass and node by node (by graph position, not "
         "id) and report the first node whose incoming gradients and saved tensors agree but "
-        "whose outgoing gradients differ. Exit 0: same, 1: different, 2: error.",
+        "whose outgoing gradients differ. A torch.compile run against an eager one (--eager) "
+        "is aligned by leaf and by compiled region instead: the first region whose gradients "
+        "differ and the leaves it feeds. Exit 0: same, 1: different, 2: error.",
     )
     parser.add_argument("a", metavar="A.jsonl", help="the first trace (e.g. the reference)")
     parser.add_argument("b", metavar="B.jsonl", help="the second trace")
@@ -54,6 +56,7 @@ def tolerance_problem(args: argparse.Namespace) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces
+    from backstep.traces.compiled_diff import compiled_side, diff_compiled
     from backstep.traces.diff import Tolerance, diff
     from backstep.traces.index import TraceError
 
@@ -67,7 +70,9 @@ def main(args: argparse.Namespace) -> int:
     a, b = opened
     try:
         with a, b:
-            report = diff(a, b, Tolerance(args.rtol, args.atol))
+            side = compiled_side(a, b)  # torch.compile against eager: by leaf and region
+            report = (diff_compiled(a, b, side, Tolerance(args.rtol, args.atol)) if side
+                      else diff(a, b, Tolerance(args.rtol, args.atol)))
         text = json_text(report) if args.json else render(report)
     except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
         print(f"backstep diff: {exc}", file=sys.stderr)
@@ -108,6 +113,10 @@ def render(report: dict[str, Any]) -> str:
     they were read (``TraceIndex``), the paths' are here, and what is left is checked last."""
     lines = [f"backstep diff: A = {safe_text.printable(str(report['a']))}",
              f"               B = {safe_text.printable(str(report['b']))}"]
+    if report.get("mode") == "compiled":
+        from backstep.traces.compiled_diff import render_compiled
+
+        return safe_text.lines("\n".join(lines + render_compiled(report)))
     lines += [f"note: {n}" for n in report["notes"]]
     if report["same"]:
         lines.append(f"no difference ({report['passes'][0]} pass(es) compared)")

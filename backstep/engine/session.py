@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from backstep import protocol
+from backstep.engine.compiled import eager
 from backstep.engine.recorder import Sink
 from backstep.process import ranks
 
@@ -34,6 +35,7 @@ def session_event(argv: list[str]) -> dict[str, Any]:
         "pid": os.getpid(),
         "python": sys.version.split()[0],
         **ranks.session_fields(),
+        **eager.session_fields(),
     }
 
 

@@ -46,6 +46,7 @@ def attach(
     listen: str | None = None,
     wait: bool = True,
     serve: str | None = None,
+    eager: bool = False,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed.
 
@@ -55,6 +56,8 @@ def attach(
     ``backstep connect``; ``wait`` makes this call wait for the first one. In a Jupyter kernel
     the UI is served to the browser and shown in the cell; ``serve="[HOST:]PORT"`` (or
     BACKSTEP_SERVE) serves it from anywhere, on that address (default: 127.0.0.1, any port).
+    ``eager`` turns torch.compile off from here on (code compiled before is dropped), as
+    ``--eager`` does.
     """
     global _current, _torch_warned
     from backstep.process.forks import in_multiprocessing_child
@@ -103,6 +106,10 @@ def attach(
                 _torch_warned = True
                 print(f"{problem} (the script continues without backstep)", file=sys.stderr)
             return
+        if eager:
+            from backstep.engine.compiled import eager as eager_mode
+
+            eager_mode.apply()
         try:
             _current.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the script

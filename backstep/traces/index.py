@@ -33,7 +33,8 @@ from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
-KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released", "edit")
+KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released", "edit",
+         "region")  # region: a torch.compile region of the pass (engine.compiled)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _BYTE_CODE = {kind.encode(): code for kind, code in _CODE.items()}
 NODE_CODE = _CODE["node"]

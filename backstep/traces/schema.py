@@ -174,13 +174,19 @@ NODE_INFO = obj({
     "leaf": STR_OR_NULL, "source": SOURCE, "module": STR_OR_NULL, "comm": STR_OR_NULL,
 }, "node object", required=("id", "name"), null=False)
 IDS = list_of(INT, "list of ids or null")
+# one op of a compiled region's backward graph (engine.compiled.region): they run fused
+REGION_OP = obj({"name": STR_OR_NULL, "op": STR_OR_NULL, "module": STR_OR_NULL,
+                 "forward": STR_OR_NULL, "source": SOURCE}, "region op object", null=False)
+FUNCTION = obj({"file": STR_OR_NULL, "line": INT_OR_NULL, "name": STR_OR_NULL},
+               "{file, line, name} or null")
+NAMES = list_of(STR_OR_NULL, "list of names (or null) or null")
 
 # event -> (its fields, the ones it cannot do without)
 SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
     "session": ({"version": INT_OR_NULL, "torch": STR_OR_NULL,
                  "argv": list_of(STR, "list of str or null"), "pid": INT_OR_NULL,
                  "python": STR_OR_NULL, "rank": INT_OR_NULL, "local_rank": INT_OR_NULL,
-                 "world_size": INT_OR_NULL, "hostname": STR_OR_NULL}, ()),
+                 "world_size": INT_OR_NULL, "hostname": STR_OR_NULL, "eager": BOOL_OR_NULL}, ()),
     "process_group": ({"backend": STR_OR_NULL, "rank": INT_OR_NULL, "world_size": INT_OR_NULL,
                        "timeout": NUM_OR_NULL}, ()),
     "pass_begin": ({"pass": INT, "parent": INT_OR_NULL, "api": STR_OR_NULL,
@@ -195,6 +201,10 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
                     "after": SUMMARY, "retained": BOOL_OR_NULL, "version": INT_OR_NULL,
                     "sharded": BOOL_OR_NULL},
                    ("pass",)),
+    "region": ({"pass": INT, "id": INT, "aot_id": INT_OR_NULL, "compile_id": STR_OR_NULL,
+                "function": FUNCTION, "ops": list_of(REGION_OP, "list of ops or null"),
+                "ops_left_out": INT_OR_NULL, "reason": STR_OR_NULL, "inputs": NAMES,
+                "outputs": NAMES}, ("pass", "id")),
     "pass_end": ({"pass": INT, "status": STR_OR_NULL, "error": STR_OR_NULL, "skipped": IDS},
                  ("pass",)),
     "graph_released": ({"pass": INT, "reused": ("int or bool", lambda v: type(v) in (int, bool)),

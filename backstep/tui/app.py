@@ -302,10 +302,19 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, ExpressionActions, A
 
     @on(GraphPanel.NodeChosen)
     def _chosen(self, message: GraphPanel.NodeChosen) -> None:
-        if message.node != self.selected:
-            self.selected = message.node
+        self._select(message.node)
+
+    def _select(self, node: int) -> None:
+        if node != self.selected:
+            self.selected = node
             self._diagnosis_pinned = False
             self._refresh_details()
+
+    @on(GraphPanel.OpChosen)
+    def _op_chosen(self, message: GraphPanel.OpChosen) -> None:
+        """An op of a compiled region: its region's gradients, the op's own forward line."""
+        self._select(message.node)
+        self.query_one(SourcePanel).show_source(message.op.source, f"compiled op {message.op.op}")
 
     @on(GradientsPanel.Open)
     def _open_tensor(self, message: GradientsPanel.Open) -> None:

@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option, OptionDoesNotExist
 from backstep.tui.fit import name_and_leaf
 from backstep.tui.focus import Focus
 from backstep.tui.format import histogram, summary_line, summary_lines, values_text
+from backstep.tui.region import note_label
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
 
@@ -123,6 +124,9 @@ class GradientsPanel(OptionList):
         reason = (self.reason(view.number, focus.node)
                   if self.reason is not None and view is not None and focus.node is not None
                   else None)
+        compiled = view.log.regions.get(focus.node) if view is not None else None
+        if compiled is not None:  # what the one node stands for (its ops: in the graph panel)
+            specs.append(Option(note_label(compiled), disabled=True))
         for line in reason or ():
             specs.append(Option(Text(line, style="red" if line[:1] != " " else "yellow"),
                                 disabled=True))

@@ -21,6 +21,7 @@ from backstep.tui.fit import LEAF_ROOM, cut_middle, name_and_leaf
 from backstep.tui.format import GLYPHS, cut_left
 from backstep.tui.graphlayout import TOP, GraphLayout, Key, Row, layout_of
 from backstep.tui.lighttree import LightTree
+from backstep.tui.region import RegionOp, group_label, op_label
 from backstep.tui.snapshot import PassView, Snapshot
 from backstep.tui.status import live_passes
 from backstep.tui.titles import set_subtitle
@@ -41,6 +42,13 @@ class GraphPanel(LightTree[Row]):
 
         node: int
 
+    @dataclass
+    class OpChosen(Message):
+        """The cursor is on one op of a compiled region (its forward line goes to Source)."""
+
+        node: int
+        op: RegionOp
+
     def __init__(self, **kwargs: object) -> None:
         super().__init__("graph", **kwargs)  # type: ignore[arg-type]
         self.show_root = False
@@ -52,6 +60,7 @@ class GraphPanel(LightTree[Row]):
         self._rows: dict[int, TreeNode[Row]] = {}
         self._containers: dict[Key, TreeNode[Row] | None] = {}
         self._loaded: set[Key] = set()
+        self._regions = 0  # compiled regions known when the tree was built
         self._width: tuple[int, int] | None = None  # content width and scrollbar, in a batch
 
     # -- building -------------------------------------------------------------------------
@@ -66,8 +75,9 @@ class GraphPanel(LightTree[Row]):
         old_current = self._current
         self._current = snapshot.current
         self._view = view
-        if previous is None or previous.number != view.number or previous.graph is not view.graph:
-            self._rebuild(view)
+        if previous is None or previous.number != view.number or previous.graph is not view.graph \
+                or len(view.log.regions) != self._regions:
+            self._rebuild(view)  # a compiled region's ops came after the graph: they fold in
             return
         if view.edits != previous.edits:
             self.border_title = graph_title(view)
@@ -86,6 +96,7 @@ class GraphPanel(LightTree[Row]):
                 tree_node.set_label(self._label(tree_node.data, self._indent(tree_node.parent)))
 
     def _rebuild(self, view: PassView) -> None:
+        self._regions = len(view.log.regions)
         self.clear()
         self.layout_ = layout_of(view.graph)
         self._rows.clear()
@@ -104,7 +115,7 @@ class GraphPanel(LightTree[Row]):
             return
         self._loaded.add(key)
         indent = self._indent(parent)
-        for row in self.layout_.rows(key):
+        for row in self._rows_of(key):
             label = self._label(row, indent)
             if row.key is None:
                 child = parent.add_leaf(label, row)
@@ -113,9 +124,25 @@ class GraphPanel(LightTree[Row]):
                 self._containers[row.key] = child
             if row.kind == "node":
                 self._rows[row.node] = child
-            if row.key is not None and row.kind != "chunk" and self._small():
+            if row.key is not None and row.kind not in ("chunk", "region") and self._small():
                 self._load(row.key)  # small graphs open fully; depth stays logarithmic
                 child.expand()
+
+    def _rows_of(self, key: Key) -> list[Row]:
+        """A container's rows; a compiled region's node opens on its group of ops first (a
+        folded row of their own: they ran as one fused call, not one by one)."""
+        assert self.layout_ is not None
+        regions = self._view.log.regions if self._view is not None else {}
+        if key[0] == "region":
+            found = regions.get(key[1])
+            return [Row("op", key[1], count=i) for i in range(len(found.ops))] if found else []
+        rows = self.layout_.rows(key)
+        if key[0] == "node" and key[1] in regions:
+            found = regions[key[1]]
+            rows.insert(0, Row("region", key[1], ("region", key[1], 0) if found.ops else None,
+                               len(found.ops)))
+        return [Row("node", r.node, ("node", r.node, 0)) if r.kind == "node" and r.key is None
+                and r.node in regions else r for r in rows]
 
     def _small(self) -> bool:
         return self._view is not None and len(self._view.graph.nodes) <= OPEN_ALL_BELOW
@@ -123,6 +150,14 @@ class GraphPanel(LightTree[Row]):
     def _label(self, row: Row | None, indent: int = 0) -> Text:
         if row is None or self._view is None:
             return Text("")
+        if row.kind in ("region", "op"):
+            found = self._view.log.regions.get(row.node)
+            if found is None:
+                return Text("")
+            text = group_label(found) if row.kind == "region" else \
+                op_label(found.ops[row.count], row.count)
+            text.truncate(max(self._room(row, indent), 8), overflow="ellipsis")
+            return text
         info = self._view.graph.nodes.get(row.node)
         name = info.name if info else "?"
         if row.kind in ("link", "path"):  # fitted like a node's row: the tail goes, then the
@@ -253,6 +288,10 @@ class GraphPanel(LightTree[Row]):
         row = event.node.data
         if row is not None and row.kind in ("node", "link"):
             self.post_message(self.NodeChosen(row.node))
+        elif row is not None and row.kind == "op" and self._view is not None:
+            found = self._view.log.regions.get(row.node)
+            if found is not None:
+                self.post_message(self.OpChosen(row.node, found.ops[row.count]))
 
     @on(Tree.NodeSelected)
     def _selected(self, event: Tree.NodeSelected[Row]) -> None:

@@ -25,7 +25,8 @@ from backstep.tui.snapshot import Graph
 
 CHUNK = 100
 
-Key = tuple[str, int, int]  # ("node", id, 0) | ("path", head, 0) | ("chunk", head, k) | ("top", 0, 0)
+# ("node", id, 0) | ("path", head, 0) | ("chunk", head, k) | ("top", 0, 0) | ("region", id, 0)
+Key = tuple[str, int, int]
 TOP: Key = ("top", 0, 0)
 
 
@@ -33,8 +34,10 @@ TOP: Key = ("top", 0, 0)
 class Row:
     """One line of the graph tree: a node, a link to a node shown elsewhere, or a container."""
 
-    kind: Literal["node", "link", "path", "chunk"]
-    node: int  # the graph node (for a path: its head; for a chunk: its first node)
+    kind: Literal["node", "link", "path", "chunk", "region", "op"]
+    # the graph node (for a path: its head; for a chunk: its first node; for a compiled
+    # region's group and its ops: the region's node)
+    node: int
     key: Key | None = None  # set when the row can be opened
     count: int = 0  # nodes inside a path or chunk row
     last: int | None = None  # a chunk's last node

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from backstep.tui import region
 from backstep.tui.format import scalar_text
 from backstep.tui.pass_log import PassLog
 from backstep.tui.snapshot import (
@@ -135,6 +136,7 @@ class SessionModel:
             torch=ev.get("torch") if isinstance(ev.get("torch"), str) else None,
             argv=tuple(str(a) for a in _tuple(ev.get("argv"))),
             pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+            eager=ev.get("eager") is True,
         )
         return replace(self._snap, session=info, running=True)
 
@@ -232,6 +234,14 @@ class SessionModel:
         log.executed.append(node_id)
         log.records[node_id] = record
         return self._update(replace(view, done=len(log.executed)), running=True)
+
+    def _on_region(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        view = self._current_pass(ev)
+        found = region.from_event(ev) if view is not None else None
+        if view is None or found is None or found.id not in view.graph.nodes:
+            return None
+        view.log.regions[found.id] = found
+        return self._update(view)
 
     def _on_accumulate(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)

@@ -7,7 +7,7 @@ same at the end of a long pass as at its start.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from backstep.tui.snapshot import Accumulation, Graph, NodeRecord
@@ -20,6 +20,7 @@ class PassLog:
         self.records: dict[int, NodeRecord] = {}
         self.executed: list[int] = []
         self.accumulations: list[Accumulation] = []
+        self.regions: dict[int, Any] = {}  # node id -> region.RegionInfo (torch.compile)
         # running totals over ``executed``: bytes its records saved, and the saved_bytes the
         # graph gave those nodes (the saved panel asks at every step: a sum over the whole
         # pass each time was 5 ms at the end of a 2,500-node pass)

@@ -34,7 +34,7 @@ from backstep.tui.replay import PassTimeline, Replay
 from backstep.tui.replay_console import ReplayConsoleActions
 from backstep.tui.settle import settle, tidy
 from backstep.tui.snapshot import PassView
-from backstep.tui.status import REASONS, StatusLine, with_keys
+from backstep.tui.status import EAGER, REASONS, StatusLine, with_keys
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that
@@ -383,6 +383,8 @@ def replay_place(app: ReplayApp, api: bool) -> Text:
                                    snap.stop.step if snap.stop else None))
     if app.breakpoints:
         text.append(f"  ●{len(app.breakpoints)}", style="red")
+    if snap.session is not None and snap.session.eager:  # recorded with --eager
+        text.append(f"  {EAGER}", style="cyan")
     return text
 
 

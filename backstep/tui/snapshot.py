@@ -95,6 +95,7 @@ class SessionInfo:
     pid: int | None
     process_group: str | None = None  # "gloo (2 ranks)" once the script's group is up
     collective_timeout: float | None = None  # seconds, as the group says
+    eager: bool = False  # --eager: torch.compile is off for the whole script
 
 
 class NodeInfo(NamedTuple):

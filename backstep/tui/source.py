@@ -35,7 +35,13 @@ class SourcePanel(Static):
         # its updates ask for no layout (a layout pass repaints every scrollbar on screen)
 
     def show(self, focus: Focus) -> None:
-        """The forward line of the focused node."""
+        """The forward line of the focused node; for a compiled region, the code Dynamo
+        compiled (each op's own line shows when the cursor is on the op)."""
+        view = focus.snapshot.pass_
+        compiled = view.log.regions.get(focus.node) if view is not None else None
+        if compiled is not None and compiled.function is not None:
+            self.show_source(compiled.function, "compiled function")
+            return
         self.show_source(focus.info.source if focus.info is not None else None)
 
     def show_source(self, source: Summary | None, note: str | None = None) -> None:

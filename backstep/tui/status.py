@@ -26,6 +26,7 @@ HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B"
          ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),
          ("q", "quit"))
 HELP = ("?", "help")
+EAGER = "compile disabled by --eager"  # the session's ``eager`` field (engine.compiled.eager)
 # once the script has ended (or its debuggee is gone) nothing resumes: what still works
 ENDED_HINTS = (("q", "quit"), ("p", "review"), ("m", "modules"), ("/", "search"),
                ("F", "flow"), ("z", "maximise"), ("?", "help"))
@@ -109,6 +110,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         add("  running… (ctrl+c stops at the next node)", "dim")
     if breakpoints:
         add(f"  ●{breakpoints}", "red")
+    if snapshot.session is not None and snapshot.session.eager:
+        add(f"  {EAGER}", "cyan")
     ended = ended or gone is not None or snapshot.exit is not None
     hints = ENDED_HINTS if ended else HINTS
     count = len(snapshot.diagnoses)

@@ -34,6 +34,7 @@ from backstep.engine.capture.passes import (
     _unfreeze_gc,
 )
 from backstep.engine.capture.values import TensorValues
+from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
 from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
@@ -76,6 +77,7 @@ class Capture(Hooks, Output, TensorValues):
         # provenance's annotate(roots): completes source/module tags before they are read
         self.annotate: Any = None
         self.listings = Listings()  # pass_begin's listing, reused while the shape repeats
+        self.regions = Regions()  # torch.compile's regions, read from its own compile log
         if controller is not None:
             controller.tensor_lookup = self._tensor_values
 
@@ -92,6 +94,7 @@ class Capture(Hooks, Output, TensorValues):
         _engine_run_backward.__backstep__ = True  # type: ignore[attr-defined]
         self._original = original
         torch.autograd._engine_run_backward = _engine_run_backward
+        self.regions.install()
         self._original_retain = torch.Tensor.__dict__.get("retain_grad")
         base_retain = torch.Tensor.retain_grad
 
@@ -106,6 +109,7 @@ class Capture(Hooks, Output, TensorValues):
         if self._original is None:
             return
         self.drain()
+        self.regions.uninstall()
         torch.autograd._engine_run_backward = self._original
         self._original = None
         if self._original_retain is None:
@@ -265,6 +269,8 @@ class Capture(Hooks, Output, TensorValues):
             event.text = None  # the sink encodes it, and says what JSON cannot carry
         event["nodes"] = nodes
         self._emit(event)
+        for region in self.regions.events(p.number, graph, p.leaf_names):
+            self._emit(region)
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

@@ -204,7 +204,8 @@ class ModuleTracker:
             # its ops get their own lines; what they make is tied to the region around it
             entry.region = region
             if (grad and mode is not None and mode.enabled
-                    and not _fast_path_possible(module, args)):
+                    and not _fast_path_possible(module, args)
+                    and not _compiled_by(region.module, module)):
                 entry.resume = _push_back(mode)
                 entry.pushes = True
             return
@@ -384,3 +385,11 @@ class ModuleTracker:
     ) -> tuple[str, _Entry | None]:
         """(dotted path, the origin entry it is named from; None: a new root)."""
         return place(module, entries, caller)
+
+
+def _compiled_by(outer: Any, module: nn.Module) -> bool:
+    """``outer`` is the ``torch.compile`` wrapper (``OptimizedModule``) of ``module``: its
+    forward is Dynamo's frame, so the mode stays paused there, as it is absent without
+    backstep (Dynamo would trace it into every graph, guard on it, and run it per op)."""
+    return type(outer).__name__ == "OptimizedModule" and \
+        outer.__dict__.get("_orig_mod", getattr(outer, "_orig_mod", None)) is module

@@ -319,13 +319,26 @@ def _wrap_apply(original: Any) -> Callable[..., Any]:
         if mode is None:
             return call(cls, *args, **kwargs)
         start = _get_sequence_nr()
-        result = call(cls, *args, **kwargs)
+        # a torch.compile region (AOTAutograd's CompiledFunction): the ops its compiled code
+        # runs are the compiler's, none is the user's line; the mode steps aside while they run
+        resume = pause_if_top(mode) if getattr(cls, "_aot_id", None) is not None else None
+        try:
+            result = call(cls, *args, **kwargs)
+        finally:
+            if resume is not None:
+                resume()
         end = _get_sequence_nr()
         if end != start:
+            # outside __torch_function__ the mode is live: reading the node's saved tensors'
+            # versions would call it once per tensor (54 times for a small compiled GPT region)
+            resume = pause_if_top(mode)
             try:
                 mode.after_call(result, start, end, None, None, sys._getframe(1))
             except Exception:
                 pass
+            finally:
+                if resume is not None:
+                    resume()
         return result
 
     return apply

@@ -1,0 +1,1 @@
+"""torch.compile under backstep: eager stepping on request, compiled regions made readable."""

@@ -1,0 +1,214 @@
+"""What torch.compile says about each graph it compiles, read from torch's own structured log.
+
+Dynamo writes every graph it captures to the structured trace logger (``TORCH_TRACE`` uses the
+same logger) as ``dynamo_output_graph``: the graph as Python, each node under a
+``# File: x.py:12 in forward, code: ...`` comment naming the forward line it came from, and
+``dynamo_start``, the stack of the frame it compiles. A handler on that logger keeps those two
+per compile id (``frame_id``, ``frame_compile_id``). Nothing about what is compiled changes: the
+backend, its kernels and the numbers are the user's; a logger with a handler only makes torch
+format the payloads it would write for ``TORCH_TRACE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+CompileKey = tuple[int, int]  # (frame_id, frame_compile_id)
+
+_FILE = re.compile(r"^\s*# File: (.*):(\d+) in ([^,]+), code: (.*)$")
+_NO_TRACE = re.compile(r"^\s*# No stacktrace found")
+_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
+_OURS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_NODE = re.compile(r"^\s+([A-Za-z_]\w*)(?:: \"[^\"]*\")? = ")
+KEPT = 64  # compile ids kept: a script that recompiles without end keeps only the latest
+
+
+@dataclass
+class CompiledGraph:
+    """One graph Dynamo compiled: where its frame is, and each node's forward line."""
+
+    function: dict[str, Any] | None = None  # {"file", "line", "name"} of the compiled frame
+    payload: str | None = None  # dynamo_output_graph, parsed on first use
+    _sources: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+
+    def sources(self) -> dict[str, dict[str, Any]]:
+        """Node name -> {"file", "line", "code", "function"} as the graph's comments say."""
+        if self._sources is None:
+            self._sources = parse_sources(self.payload or "")
+            self.payload = None
+        return self._sources
+
+
+def logged_graph(frame: FrameType | None) -> Any:
+    """The GraphModule whose ``dynamo_output_graph`` is being logged: a local ``gm`` of the
+    frame that logs it (its nodes keep whole stacks; the payload prints only the innermost
+    frame, which is backstep's own torch-function mode when provenance is on)."""
+    for _ in range(12):
+        if frame is None:
+            return None
+        gm = frame.f_locals.get("gm")
+        if gm is not None and hasattr(gm, "graph") and hasattr(gm.graph, "nodes"):
+            return gm
+        frame = frame.f_back
+    return None
+
+
+def sources_of(gm: Any) -> dict[str, dict[str, Any]]:
+    """Node name (and the name it was created under, which the backward graph's ops refer
+    to) -> the innermost frame of its stack outside backstep (Dynamo leaves torch's out)."""
+    out: dict[str, dict[str, Any]] = {}
+    if gm is None:
+        return out
+    for node in gm.graph.nodes:
+        trace = node.meta.get("stack_trace")
+        if isinstance(trace, str):
+            source = _innermost(trace)
+            if source is not None:
+                out[node.name] = source
+                created = node.meta.get("source_fn_stack")  # the name a renamed node began with
+                if isinstance(created, list) and created and isinstance(created[-1], tuple):
+                    out.setdefault(str(created[-1][0]), source)
+    return out
+
+
+def traced_function(gm: Any) -> dict[str, Any] | None:
+    """The user's function Dynamo compiled: the outermost frame of its graph's first stack
+    (Dynamo's own frame, for a compiled module, is torch's wrapper around it)."""
+    for node in gm.graph.nodes if gm is not None else ():
+        trace = node.meta.get("stack_trace")
+        frames = _frames(trace) if isinstance(trace, str) else []
+        if frames:
+            first = frames[0]
+            return {"file": first["file"], "line": first["line"], "name": first["function"]}
+    return None
+
+
+def _frames(trace: str) -> list[dict[str, Any]]:
+    """The frames of a formatted stack, outermost first, backstep's own left out."""
+    found = []
+    lines = trace.splitlines()
+    for i, line in enumerate(lines):
+        frame = _FRAME.match(line)
+        if frame is None or frame.group(1).startswith(_OURS):
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) \
+            else ""
+        found.append({"file": frame.group(1), "line": int(frame.group(2)), "code": code,
+                      "function": frame.group(3)})
+    return found
+
+
+def _innermost(trace: str) -> dict[str, Any] | None:
+    frames = _frames(trace)
+    return frames[-1] if frames else None
+
+
+def parse_sources(payload: str) -> dict[str, dict[str, Any]]:
+    """The forward line above each node of a graph printed by ``print_readable``."""
+    out: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for line in payload.splitlines():
+        found = _FILE.match(line)
+        if found is not None:
+            current = {"file": found.group(1), "line": int(found.group(2)),
+                       "code": found.group(4).strip(), "function": found.group(3)}
+            continue
+        if _NO_TRACE.match(line):
+            current = None
+            continue
+        node = _NODE.match(line)
+        if node is not None and current is not None:
+            out.setdefault(node.group(1), current)
+    return out
+
+
+class CompileLog(logging.Handler):
+    """A handler on torch's structured trace logger that keeps what regions need, per compile."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.graphs: dict[CompileKey, CompiledGraph] = {}
+        self.strings: dict[int, str] = {}  # torch interns file names: index -> name
+        self._guard = threading.Lock()
+        self._logger: logging.Logger | None = None
+        self._level: int | None = None  # the logger's level, when install had to lower it
+
+    def install(self) -> None:
+        """Listen on torch's trace logger (left as it was, level included, by ``uninstall``)."""
+        if self._logger is not None:
+            return
+        try:
+            from torch._logging._internal import trace_log
+        except ImportError:  # a torch without structured logs: regions say so
+            return
+        self._logger = trace_log
+        if trace_log.level != logging.DEBUG:  # torch sets DEBUG when it sets its logs up
+            self._level = trace_log.level
+            trace_log.setLevel(logging.DEBUG)
+        trace_log.addHandler(self)
+
+    def uninstall(self) -> None:
+        logger, self._logger = self._logger, None
+        if logger is None:
+            return
+        logger.removeHandler(self)
+        if self._level is not None and logger.level == logging.DEBUG:
+            logger.setLevel(self._level)
+        self._level = None
+
+    def graph(self, key: CompileKey | None) -> CompiledGraph | None:
+        return self.graphs.get(key) if key is not None else None
+
+    def emit(self, record: logging.LogRecord) -> None:  # never raises into torch's compile
+        try:
+            self._keep(getattr(record, "metadata", None), getattr(record, "payload", None))
+        except Exception:  # noqa: BLE001 - a log we cannot read is a region without lines
+            pass
+
+    def _keep(self, metadata: Any, payload: Any) -> None:
+        if not isinstance(metadata, dict):
+            return
+        if "str" in metadata:  # ["file name", index]
+            item = metadata["str"]
+            if isinstance(item, (list, tuple)) and len(item) == 2:
+                self.strings[int(item[1])] = str(item[0])
+            return
+        if "dynamo_start" not in metadata and "dynamo_output_graph" not in metadata:
+            return
+        frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
+        if not isinstance(frame, int) or not isinstance(attempt, int):
+            return
+        with self._guard:
+            graph = self.graphs.get((frame, attempt))
+            if graph is None:
+                graph = self.graphs[(frame, attempt)] = CompiledGraph()
+                while len(self.graphs) > KEPT:
+                    del self.graphs[next(iter(self.graphs))]
+            if "dynamo_start" in metadata:
+                graph.function = graph.function or self._function(metadata["dynamo_start"])
+                return
+            gm = logged_graph(sys._getframe(1))
+            graph._sources = sources_of(gm)
+            graph.function = traced_function(gm) or graph.function
+            if not graph._sources and isinstance(payload, str):
+                graph.payload, graph._sources = payload, None
+
+    def _function(self, start: Any) -> dict[str, Any] | None:
+        """The compiled frame: the innermost frame of ``dynamo_start``'s stack."""
+        stack = start.get("stack") if isinstance(start, dict) else None
+        if not stack or not isinstance(stack[-1], dict):
+            return None
+        frame = stack[-1]
+        name = frame.get("filename")
+        if isinstance(name, int):
+            name = self.strings.get(name)
+        return {"file": name if isinstance(name, str) else None,
+                "line": frame.get("line") if isinstance(frame.get("line"), int) else None,
+                "name": str(frame.get("name")) if frame.get("name") is not None else None}
