@@ -89,6 +89,9 @@ def test_the_first_differing_region_and_the_leaves_it_feeds(
     assert "first region that differs: CompiledFunctionBackward" in out
     assert "(compiled forward at" in out and "train.py:12)" in out
     assert "it feeds 2 leaves: first.a.weight, first.a.bias" in out
+    # its incoming gradient, named by what took its forward output: the Linear's region
+    assert "  its incoming gradients (one per forward output):\n    output 0 → " \
+        "CompiledFunctionBackward #" in out and " in second (train.py:24)\n" in out
     assert "output 0 -> first.a.weight: norm" in out
     assert "    eager:    norm " in out and "    compiled: norm " in out
     assert "2 leaf .grad(s) differ:" in out and "second." not in out.split("leaf .grad")[1]

@@ -98,6 +98,59 @@ def test_a_compiled_region_lists_its_backward_ops_with_their_forward_lines(
     assert first["outputs"] == ["output 0"]
 
 
+TWO_OUTPUTS = textwrap.dedent("""\
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class Body(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = torch.tanh(self.fc(x))
+            return h, (h * h).mean()
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.compile(Body(), backend="aot_eager")
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            h, reg = self.body(x)
+            return self.head(h), reg
+
+
+    torch.manual_seed(0)
+    model = Model()
+    logits, reg = model(torch.randn(4, 8))
+    (F.cross_entropy(logits, torch.tensor([0, 1, 2, 0])) + reg).backward()
+    print(model.head.bias.grad.sum().item())
+""")
+
+
+def test_a_regions_incoming_gradients_are_named_by_what_consumed_each_output(
+        tmp_path: Path) -> None:
+    (tmp_path / "net.py").write_text(TWO_OUTPUTS)
+    result = subprocess.run([sys.executable, "-m", "backstep", "trace", "-o", "run.jsonl",
+                             "net.py"], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    found = next(e for e in events if e["event"] == "region")
+    assert check(found) is None
+    nodes = {n["id"]: n for n in next(e for e in events if e["event"] == "pass_begin")["nodes"]}
+    by_name = {n["name"]: n["id"] for n in nodes.values()}
+    # output 0 (h) went into the head's Linear, output 1 (the penalty) into the loss's sum
+    assert found["outputs"] == [
+        f"output 0 → AddmmBackward0 #{by_name['AddmmBackward0']} in model.head (net.py:24)",
+        f"output 1 → AddBackward0 #{by_name['AddBackward0']} (net.py:30)"]
+
+
 class Opaque(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):

@@ -9,9 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
+from rich.text import Text
 from textual.widgets import Tree
 
 from backstep.traces.index import TraceIndex
+from backstep.tui.gradients import GradientsPanel
 from backstep.tui.graph import GraphPanel
 from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot, screen_text
@@ -19,7 +22,8 @@ from tests.test_tui import pilot, screen_text
 HOSTILE = "[bold]x[/] \x1b[31mred"
 
 
-def write_trace(path: Path, ops: list[dict[str, Any]], reason: str | None = None) -> None:
+def write_trace(path: Path, ops: list[dict[str, Any]], reason: str | None = None,
+                outputs: list[str] | None = None) -> None:
     events: list[dict[str, Any]] = [
         {"event": "session", "version": 2, "torch": "test", "argv": ["t.py"], "pid": 1},
         {"event": "pass_begin", "pass": 1, "api": "backward", "roots": [1], "nodes": [
@@ -30,12 +34,14 @@ def write_trace(path: Path, ops: list[dict[str, Any]], reason: str | None = None
         {"event": "region", "pass": 1, "id": 1, "aot_id": 0, "compile_id": "0/0",
          "function": {"file": "/x/t.py", "line": 7, "name": "forward"}, "ops": ops,
          "reason": reason, "inputs": ["model.lin.weight", None, "model.lin.bias"],
-         "outputs": ["output 0"]},
+         "outputs": outputs or ["output 0"]},
     ]
+    incoming = [{"shape": [2], "dtype": "float32", "norm": 1.0} for _ in outputs or ()]
     for step, node in enumerate((1, 2, 3), start=1):
         events.append({"event": "node", "pass": 1, "step": step, "id": node,
                        "name": "CompiledFunctionBackward" if node == 1 else "AccumulateGrad",
-                       "grad_outputs": [], "grad_inputs": [], "saved": [], "error": None})
+                       "grad_outputs": incoming if node == 1 else [], "grad_inputs": [],
+                       "saved": [], "error": None})
     events.append({"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []})
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
 
@@ -108,3 +114,31 @@ async def test_an_unreadable_region_is_one_node_with_its_reason(tmp_path: Path) 
             assert any("CompiledFunctionBackward" in r for r in rows)
             assert "not an AOTAutograd region" in screen_text(app)  # Gradients says so too
             assert isinstance(app.query_one(GraphPanel), Tree)
+
+
+def _gradient_rows(panel: GradientsPanel) -> str:
+    rows = []
+    for i in range(panel.option_count):
+        prompt = panel.get_option_at_index(i).prompt
+        parts = prompt.renderables if isinstance(prompt, Group) else [prompt]
+        rows += [p.plain for p in parts if isinstance(p, Text)]
+    return "\n".join(rows)
+
+
+@pilot
+async def test_a_regions_incoming_gradients_are_named_in_the_gradients_panel(
+        tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    write_trace(path, OPS, outputs=[
+        "output 0 → AddmmBackward0 #7 in model.head (t.py:24)", "output 1",
+        f"output 2 → {HOSTILE}"])
+    with TraceIndex(path) as index:
+        app = ReplayApp(index)
+        async with app.run_test(size=(150, 44)) as pilot:
+            await pilot.pause()
+            assert "Gradients · CompiledFunctionBackward #1" in screen_text(app)
+            screen = _gradient_rows(app.query_one(GradientsPanel))  # unwrapped
+            assert "grad_output[0] ← output 0 → AddmmBackward0 #7 in model.head (t.py:24)" \
+                in screen
+            assert "\ngrad_output[1]" in screen and "grad_output[1] ←" not in screen  # unnamed
+            assert "grad_output[2] ← output 2 → [bold]x[/] \\x1b[31mred" in screen  # as it reads

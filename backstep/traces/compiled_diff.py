@@ -101,8 +101,13 @@ def compare_regions(eager: Pass, compiled: Pass, tol: Tolerance) -> list[dict[st
         out.append({"id": event["id"], "step": event.get("step"),
                     "function": region.get("function"), "module": node.get("module"),
                     "source": node.get("source"), "feeds": feeds, "compared": compared,
-                    "differs": differs})
+                    "differs": differs, "outputs": _names(region.get("outputs"))})
     return out
+
+
+def _names(value: Any) -> list[str]:
+    """The region's incoming gradients' names (what took each forward output)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def compare_leaves(eager: Pass, compiled: Pass, tol: Tolerance) -> list[dict[str, Any]]:
@@ -178,6 +183,10 @@ def render_compiled(report: dict[str, Any]) -> list[str]:
         lines.append(f"first region that differs: {REGION} #{region['id']} step "
                      f"{region['step']}{where}")
         lines.append(f"  it feeds {len(region['feeds'])} leaves: {', '.join(region['feeds'])}")
+        names = region.get("outputs") or []
+        if names:  # its incoming gradients, named by what took each forward output
+            lines.append("  its incoming gradients (one per forward output):")
+            lines += [f"    {name}" for name in names]
         for d in region["differs"]:
             lines.append(f"  output {d['output']} -> {d['leaf']}: {d['why']}")
             lines.append(f"    eager:    {_numbers(d['eager'])}")

@@ -20,7 +20,7 @@ from textual.widgets.option_list import Option, OptionDoesNotExist
 from backstep.tui.fit import name_and_leaf
 from backstep.tui.focus import Focus
 from backstep.tui.format import histogram, summary_line, summary_lines, values_text
-from backstep.tui.region import note_label
+from backstep.tui.region import incoming_title, note_label
 from backstep.tui.snapshot import Summary
 from backstep.tui.titles import set_title
 
@@ -138,7 +138,8 @@ class GradientsPanel(OptionList):
             specs.append(Option(Text("not reached yet", style="dim italic"), disabled=True))
         else:
             for i, summary in enumerate(outputs):
-                specs.append(self._gradient("grad_outputs", i, f"grad_output[{i}]", summary))
+                specs.append(self._gradient("grad_outputs", i, incoming_title(compiled, i),
+                                            summary))
         specs.append(Option(Text("outgoing  (grad_inputs)", style="bold"), disabled=True))
         record = focus.record
         if record is None:

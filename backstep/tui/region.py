@@ -38,6 +38,7 @@ class RegionInfo:
     ops: tuple[RegionOp, ...]
     reason: str | None
     left_out: int = 0
+    outputs: tuple[str, ...] = ()  # per incoming gradient: what took that forward output
 
     def title(self) -> str:
         """``forward (net.py:22) · 56 ops`` (or the reason it cannot be read)."""
@@ -86,9 +87,22 @@ def from_event(ev: Mapping[str, Any]) -> RegionInfo | None:
                             module=_str(raw.get("module")), source=_source(raw.get("source"))))
     function = ev.get("function")
     left = ev.get("ops_left_out")
+    raw_outputs = ev.get("outputs")
+    outputs = tuple(_str(o) or f"output {k}" for k, o in
+                    enumerate(raw_outputs if isinstance(raw_outputs, list) else ()))
     return RegionInfo(id=node, function=function if isinstance(function, Mapping) else None,
                       ops=tuple(ops), reason=_str(ev.get("reason")),
-                      left_out=left if type(left) is int and left > 0 else 0)
+                      left_out=left if type(left) is int and left > 0 else 0, outputs=outputs)
+
+
+def incoming_title(region: RegionInfo | None, index: int) -> str:
+    """``grad_output[0] ← output 0 → AddmmBackward0 #7 in head (net.py:24)``: an incoming
+    gradient of a region, named by what consumed that forward output (plain text)."""
+    title = f"grad_output[{index}]"
+    if region is None or index >= len(region.outputs):
+        return title
+    name = region.outputs[index]
+    return title if name == f"output {index}" else f"{title} ← {name}"
 
 
 def op_label(op: RegionOp, index: int) -> Text:

@@ -7,6 +7,11 @@ same logger) as ``dynamo_output_graph``: the graph as Python, each node under a
 per compile id (``frame_id``, ``frame_compile_id``). Nothing about what is compiled changes: the
 backend, its kernels and the numbers are the user's; a logger with a handler only makes torch
 format the payloads it would write for ``TORCH_TRACE``.
+
+A region loaded from torch's AOTAutograd cache has a backward graph without node metadata, but
+torch still logs the graph as it printed it when it compiled it (``aot_backward_graph``, from
+the cache entry): each op under the ``# File:`` comment of the forward line it came from. That
+payload is kept per AOT id (only on a cache hit) so such a region keeps its forward lines.
 """
 
 from __future__ import annotations
@@ -110,9 +115,10 @@ def _innermost(trace: str) -> dict[str, Any] | None:
     return frames[-1] if frames else None
 
 
-def parse_sources(payload: str) -> dict[str, dict[str, Any]]:
-    """The forward line above each node of a graph printed by ``print_readable``."""
-    out: dict[str, dict[str, Any]] = {}
+def parse_statements(payload: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """Each node of a graph printed by ``print_readable``, in order: its name, its line, and
+    the forward line in the ``# File:`` comment above it (None under "No stacktrace")."""
+    out: list[tuple[str, str, dict[str, Any] | None]] = []
     current: dict[str, Any] | None = None
     for line in payload.splitlines():
         found = _FILE.match(line)
@@ -124,9 +130,56 @@ def parse_sources(payload: str) -> dict[str, dict[str, Any]]:
             current = None
             continue
         node = _NODE.match(line)
-        if node is not None and current is not None:
-            out.setdefault(node.group(1), current)
+        if node is not None:
+            out.append((node.group(1), line, current))
     return out
+
+
+def parse_sources(payload: str) -> dict[str, dict[str, Any]]:
+    """The forward line above each node of a graph printed by ``print_readable``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, _, source in parse_statements(payload):
+        if source is not None:
+            out.setdefault(name, source)
+    return out
+
+
+@dataclass
+class CachedBackward:
+    """A region loaded from torch's cache: its compile id and its printed backward graph."""
+
+    key: CompileKey
+    payload: str | None
+    _statements: list[tuple[str, str, dict[str, Any] | None]] | None = field(default=None,
+                                                                            repr=False)
+
+    def sources(self, ops: list[str]) -> list[tuple[str | None, dict[str, Any] | None]]:
+        """The name and forward line of each of ``ops`` (the graph's nodes in order, as
+        ``aten.mm.default`` or a name): matched by position with the printed graph, whose names
+        and lines the cache's copy does not keep; none when the two do not line up op for op."""
+        if self._statements is None:
+            self._statements = parse_statements(self.payload or "")
+            self.payload = None
+        printed = self._statements
+        if len(printed) != len(ops) or any(
+                op.startswith("aten.") and f"torch.ops.{op}(" not in line
+                for op, (_, line, _) in zip(ops, printed, strict=True)):
+            return [(None, None)] * len(ops)
+        return [(name, None if source is None or str(source.get("file", "")).startswith(_OURS)
+                 else source) for name, _, source in printed]
+
+
+def cached_aot_id(frame: FrameType | None) -> int | None:
+    """The AOT id of a graph torch logs from its cache (``_log_cached_graphs``'s
+    ``aot_config``), or None when the log is not a cache hit's."""
+    for _ in range(16):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_log_cached_graphs":
+            aot_id = getattr(frame.f_locals.get("aot_config"), "aot_id", None)
+            return aot_id if isinstance(aot_id, int) else None
+        frame = frame.f_back
+    return None
 
 
 class CompileLog(logging.Handler):
@@ -136,6 +189,7 @@ class CompileLog(logging.Handler):
         super().__init__(logging.DEBUG)
         self.graphs: dict[CompileKey, CompiledGraph] = {}
         self.strings: dict[int, str] = {}  # torch interns file names: index -> name
+        self.cached: dict[int, CachedBackward] = {}  # AOT id -> a cache hit's backward graph
         self._guard = threading.Lock()
         self._logger: logging.Logger | None = None
         self._level: int | None = None  # the logger's level, when install had to lower it
@@ -180,10 +234,19 @@ class CompileLog(logging.Handler):
             if isinstance(item, (list, tuple)) and len(item) == 2:
                 self.strings[int(item[1])] = str(item[0])
             return
-        if "dynamo_start" not in metadata and "dynamo_output_graph" not in metadata:
+        if "dynamo_start" not in metadata and "dynamo_output_graph" not in metadata \
+                and "aot_backward_graph" not in metadata:
             return
         frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
         if not isinstance(frame, int) or not isinstance(attempt, int):
+            return
+        if "aot_backward_graph" in metadata:
+            aot_id = cached_aot_id(sys._getframe(1))
+            if aot_id is not None and isinstance(payload, str):
+                with self._guard:
+                    self.cached[aot_id] = CachedBackward((frame, attempt), payload)
+                    while len(self.cached) > KEPT:
+                        del self.cached[next(iter(self.cached))]
             return
         with self._guard:
             graph = self.graphs.get((frame, attempt))

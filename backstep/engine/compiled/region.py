@@ -8,7 +8,8 @@ each op with the forward op it differentiates (``fwd_source_fn_stack``) and that
 (``artifacts``). Nothing is called but readers: the backward that runs is torch's, unchanged.
 
 A region loaded from torch's compile cache keeps only a serialized graph, without the forward
-ops: its ops are listed without lines, and the region says why. One that cannot be read at all
+ops: its ops take their forward lines from the graph torch logs from the cache entry
+(``artifacts.CachedBackward``), their modules are lost, and the region says so. One that cannot be read at all
 (another backend, a custom op) is described by a one-line reason, never an error.
 """
 
@@ -71,18 +72,26 @@ def _read(cls: type, log: CompileLog | None) -> dict[str, Any]:
     info = getattr(cls, "_lazy_backward_info", None)
     graph = getattr(info, "bw_module", None)
     reason = None
+    cached = None
     if graph is None and callable(getattr(info, "bw_module_fn", None)):
         graph = info.bw_module_fn()  # type: ignore[union-attr]  # a copy, unpickled
-        reason = "loaded from torch's compile cache: ops without their forward lines"
+        cached = log.cached.get(aot_id) if log is not None else None
+        reason = ("loaded from torch's compile cache: ops without their modules"
+                  if cached is not None else
+                  "loaded from torch's compile cache: ops without their forward lines")
     if graph is None:
         return {"aot_id": aot_id, "function": None, "ops": [],
                 "reason": "torch kept no backward graph for this region"}
     context = getattr(info, "saved_compile_context", None)
-    key = _key(getattr(context, "compile_id", None))
+    key = _key(getattr(context, "compile_id", None)) or (cached.key if cached else None)
     compiled = log.graph(key) if log is not None else None
     sources = compiled.sources() if compiled is not None else {}
     if compiled is None and reason is None:
         reason = "torch's compile log was not seen: ops without their forward lines"
+    nodes = [n for n in graph.graph.nodes if n.op not in ("placeholder", "output")]
+    by_position = (cached.sources([_target(n.target) for n in nodes]) if cached is not None
+                   else [(None, None)] * len(nodes))  # a cache hit's names and lines, printed
+    printed = dict(zip(map(id, nodes), by_position, strict=True))
     ops: list[dict[str, Any]] = []
     count = 0
     for fx_node in graph.graph.nodes:
@@ -93,12 +102,13 @@ def _read(cls: type, log: CompileLog | None) -> dict[str, Any]:
             continue
         meta = fx_node.meta
         fwd = forward_op(meta)
+        name, line = printed[id(fx_node)]
         ops.append({
-            "name": fx_node.name,
+            "name": name or fx_node.name,
             "op": _target(fx_node.target),
             "module": module_path(meta.get("fwd_nn_module_stack") or meta.get("nn_module_stack")),
             "forward": fwd,
-            "source": sources.get(fwd) if fwd is not None else None,
+            "source": sources.get(fwd) if fwd is not None else line,
         })
     found: dict[str, Any] = {"aot_id": aot_id,
                              "function": compiled.function if compiled is not None else None,
