@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from backstep import demo as demo  # callable: ``backstep.demo(NAME)`` (see backstep/demo)
+
 __version__ = "0.1.0"
 __all__ = ["__version__", "attach", "attached", "demo", "detach"]
 
@@ -36,14 +38,6 @@ def attached(*args: Any, **kwargs: Any) -> Any:
     from backstep.process.attachment import attached as _attached
 
     return _attached(*args, **kwargs)
-
-
-def demo(name: str) -> int:
-    """``backstep demo NAME`` from Python: in a notebook cell, served into the cell (the cell
-    runs until the demo's UI quits); on a terminal, full screen."""
-    from backstep.notebook import demo as _demo
-
-    return _demo(name)
 
 
 def load_ipython_extension(ipython: Any) -> None:

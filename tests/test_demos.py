@@ -853,3 +853,14 @@ def test_every_check_tests_something_the_run_computed(name: str) -> None:
         condition = call.args[1]
         names = [n for n in ast.walk(condition) if isinstance(n, ast.Name | ast.Attribute)]
         assert names and not isinstance(condition, ast.Constant), ast.unparse(call)
+
+
+def test_backstep_demo_stays_callable_once_a_demo_module_is_imported() -> None:
+    """Importing ``backstep.demo.catalog`` binds the package to ``backstep.demo``: the call a
+    notebook makes must still work after it, in either import order."""
+    code = ("import backstep.demo.catalog, backstep\n"
+            "try:\n    backstep.demo('no_such_demo')\n"
+            "except ValueError as exc:\n    print('graph_basics' in str(exc))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout == "True\n", result.stderr
