@@ -95,3 +95,17 @@ async def test_status_line_fits_80_columns_with_long_names(detail: str | None) -
         last = screen_text(app).splitlines()[-1]
         assert last.rstrip().endswith("? help"), last
         assert "step 3 of 5" in last and "before MyV" in last and "Backward #3" in last, last
+
+
+@pilot
+async def test_a_disconnect_that_arrives_while_the_app_closes_is_not_a_crash() -> None:
+    """The debuggee's socket can close while ``q`` tears the screens down: the handler then
+    finds no panels to update, keeps the exit code it worked out, and raises nothing."""
+    from backstep.tui.messages import Disconnected
+
+    app = BackstepApp(RecordingLink(long_stop_events(), stop=3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+    app._disconnected(Disconnected(returncode=-9))  # every screen is gone by now
+    assert app.exit_code == 137
+    assert app.gone == "the debuggee died (signal 9)"

@@ -287,16 +287,20 @@ class BackstepApp(PlainText, Navigation, BreakpointActions, ExpressionActions, A
         code = message.returncode
         if code is None and self.link is not None:
             code = self.link.returncode()
-        if self.snapshot.exit is None:
+        unreported = self.snapshot.exit is None  # it ended without reporting: say how
+        if unreported:
             if code is None:
                 self.gone = "the debuggee closed the connection"
             elif code < 0:
                 self.gone = f"the debuggee died (signal {-code})"
             else:
                 self.gone = f"the debuggee ended without reporting (exit status {code})"
-            self.query_one(ConsolePanel).note(self.gone)
             # as a shell reports it: 128 + signal for a killed script
             self.exit_code = 1 if code is None else code if code >= 0 else 128 - code
+        if not self.query(StatusLine):  # the app is closing (q): its widgets are gone already
+            return
+        if unreported and self.gone is not None:
+            self.query_one(ConsolePanel).note(self.gone)
         self.query_one(ConsolePanel).hide_input()
         self._refresh_status()
 
