@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +48,16 @@ def served_url(process: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
     raise AssertionError(f"no URL on stderr: {seen!r}")
 
 
+def drain(process: subprocess.Popen[bytes]) -> list[bytes]:
+    """Read the rest of the command's stderr from now on (a full pipe would block the server
+    behind it); the list fills as it comes, for a failure's message."""
+    assert process.stderr is not None
+    stream, lines = process.stderr, []
+    threading.Thread(target=lambda: lines.extend(iter(stream.readline, b"")),
+                     daemon=True).start()
+    return lines
+
+
 def ended(driver: object, timeout: float) -> bool:
     """Whether the page shows "Session ended" within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -63,6 +74,7 @@ def test_show_serve_steps_a_trace_in_the_browser() -> None:
                                stderr=subprocess.PIPE)
     try:
         url = served_url(process)
+        said = drain(process)
         with chromium() as driver:
             driver.get(url)
             screen = wait_for(driver, lambda s: "Graph · pass 1" in s and step_of(s) == 1)
@@ -70,7 +82,11 @@ def test_show_serve_steps_a_trace_in_the_browser() -> None:
             press(driver, "n")
             wait_for(driver, lambda s: step_of(s) == 2, 30)
         process.send_signal(signal.SIGINT)  # ctrl-c ends the server
-        assert process.wait(30) == 0
+        try:
+            code = process.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ctrl-c did not end it; stderr: {b''.join(said)!r}") from None
+        assert code == 0, b"".join(said)
     finally:
         if process.poll() is None:
             process.kill()
@@ -87,6 +103,7 @@ def test_run_serve_steps_a_script_and_changes_nothing(tmp_path: Path) -> None:
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = served_url(process)
+        drain(process)
         with chromium() as driver:
             driver.get(url)
             screen = wait_for(driver, lambda s: "SumBackward0" in s and step_of(s) == 1)
