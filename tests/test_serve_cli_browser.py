@@ -48,6 +48,14 @@ def served_url(process: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
     raise AssertionError(f"no URL on stderr: {seen!r}")
 
 
+def ctrl_c_as_on_a_terminal() -> None:
+    """In the child, before exec: SIGINT back to its default. A shell's background job (CI
+    runs the tests as one) starts with SIGINT ignored, every child inherits that, and Python
+    then keeps ignoring it, as it should: ctrl-c would never reach the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def drain(process: subprocess.Popen[bytes]) -> list[bytes]:
     """Read the rest of the command's stderr from now on (a full pipe would block the server
     behind it); the list fills as it comes, for a failure's message."""
@@ -71,7 +79,7 @@ def ended(driver: object, timeout: float) -> bool:
 
 def test_show_serve_steps_a_trace_in_the_browser() -> None:
     process = subprocess.Popen([sys.executable, "-m", "backstep", "show", TRACE, "--serve"],
-                               stderr=subprocess.PIPE)
+                               stderr=subprocess.PIPE, preexec_fn=ctrl_c_as_on_a_terminal)
     try:
         url = served_url(process)
         said = drain(process)
