@@ -34,7 +34,7 @@ every pass folded 16 s after opening; memory due to the trace 1.35x one parsed p
 g 41-71. Back to back, ] and [ parse the new pass's node table and build its graph (~5 ms for
 2,500 nodes), lay it out (~3 ms), open the rows around the first node (~2 ms), and redraw every
 panel (the graph's rows ~5 ms, the leaves ~3, the gradients ~3) while the key waits. The leaves
-carried into a pass are remembered for each pass (``tui/carry.py``), and a pass's lines are
+carried into a pass are remembered for each pass (``tui/state/carry.py``), and a pass's lines are
 found only as far as the cursor goes (opening one finds its first node line). With a moment
 between keys the pass was opened ahead and only the drawing is left.
 """
@@ -66,7 +66,7 @@ from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 
 MARK = "@PASS@"
 PACE = 0.3  # seconds between a frame and the next key, for keys a person presses after reading
-THRESHOLDS = gc.get_threshold()  # the collector's, before an app settles (tui/settle.py)
+THRESHOLDS = gc.get_threshold()  # the collector's, before an app settles (tui/runtime/settle.py)
 REPEAT = 30  # a held key's presses per second (a terminal's usual key-repeat rate); held 1 s
 REST = 1.5  # seconds a person reads before a run of keys (the app collects garbage meanwhile)
 

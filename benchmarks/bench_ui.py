@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from textual import events  # noqa: E402
 from ui_wait import until  # noqa: E402
 
-from backstep.tui.app import BackstepApp  # noqa: E402
-from backstep.tui.graph import GraphPanel  # noqa: E402
-from backstep.tui.modules import ModulePanel  # noqa: E402
+from backstep.tui.live_app import BackstepApp  # noqa: E402
+from backstep.tui.panels.graph import GraphPanel  # noqa: E402
+from backstep.tui.panels.modules import ModulePanel  # noqa: E402
 from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
 
 

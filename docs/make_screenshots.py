@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from backstep.process.launcher import debuggee_command
-from backstep.tui.app import BackstepApp
-from backstep.tui.graph import GraphPanel
-from backstep.tui.live import LiveLink
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.runtime.live_link import LiveLink
 
 HERE = Path(__file__).resolve().parent
 Until = Callable[[Callable[[], bool], str], Awaitable[None]]

@@ -1,15 +1,16 @@
 """The layering rules, checked on the source: the engine never imports textual, the UI never
-imports torch, the wire protocol is stdlib only, and backstep's modules import no cycle.
+imports torch, the UI's state is plain Python, the wire protocol is stdlib only, backstep's modules
+import no circle, and no module is over 400 lines.
 
-Imports are read with ``ast``, so nothing is imported to check them. The first three rules count
-every import, those inside functions too (a lazy import still loads the library). The cycle check
-counts only imports that run when a module is first imported (module level, not under
-``if TYPE_CHECKING``): an import inside a function runs after every module involved is complete,
-so it cannot see a half-initialised module. An edge goes to the module named (``from a.b import
-c`` goes to ``a.b.c`` when that is a module, else to ``a.b``), not to its parent packages, whose
-``__init__`` importing its own submodules would otherwise count as a cycle everywhere.
+Imports are read with ``ast``, so nothing is imported to check them. The library rules count
+every import, those inside functions too (a lazy import still loads the library). The circle
+check counts every import as well, lazy ones and those under ``if TYPE_CHECKING`` included: a
+lazy import cannot see a half-initialised module, but two modules that need each other are one
+module split in two places, and a mixin that imports the app it is mixed into for its type is the
+same knot. An edge goes to the module named (``from a.b import c`` goes to ``a.b.c`` when that is
+a module, else to ``a.b``), not to its parent packages, whose ``__init__`` importing its own
+submodules would otherwise count as a circle everywhere.
 """
-
 from __future__ import annotations
 
 import ast
@@ -46,13 +47,14 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports(module: str) -> list[Import]:
-    """Every module ``module`` imports, each with whether the import runs at import time."""
+def imports(module: str, *, type_checking: bool = False) -> list[Import]:
+    """Every module ``module`` imports, each with whether the import runs at import time; those
+    under ``if TYPE_CHECKING`` too when ``type_checking``."""
     found: list[Import] = []
 
     def visit(node: ast.AST, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_checking:
                 continue
             if isinstance(child, ast.Import):
                 found.extend((alias.name, top) for alias in child.names)
@@ -75,9 +77,9 @@ def _roots(module: str) -> set[str]:
 
 def test_the_checker_sees_imports() -> None:
     """Guards the rules below against passing on an empty reading."""
-    assert {"backstep.protocol", "backstep.engine.capture", "backstep.tui.app"} <= set(MODULES)
+    assert {"backstep.protocol", "backstep.engine.capture", "backstep.tui.live_app"} <= set(MODULES)
     assert ("torch", True) in imports("backstep.engine.capture")
-    assert "textual" in _roots("backstep.tui.app")
+    assert "textual" in _roots("backstep.tui.live_app")
 
 
 def test_engine_never_imports_textual() -> None:
@@ -96,29 +98,70 @@ def test_protocol_and_safe_text_are_stdlib_only() -> None:
         assert not outside, shared
 
 
-def _cycle() -> list[str] | None:
-    edges = {m: sorted({name for name, top in imports(m) if top and name in MODULES} - {m})
-             for m in MODULES}
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def walk(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for n in edges[m]:
-            if state.get(n) == 1:
-                return path[path.index(n):] + [n]
-            if n not in state and (found := walk(n)):
-                return found
-        path.pop()
-        state[m] = 2
-        return None
-
-    for m in MODULES:
-        if m not in state and (found := walk(m)):
-            return found
-    return None
+def test_tui_state_never_imports_textual() -> None:
+    """``tui/state/`` is the UI's plain data (snapshots, pass logs, the replay timeline): a new
+    piece of state belongs there only if it needs no widget."""
+    bad = {m for m in MODULES if m.startswith("backstep.tui.state") and "textual" in _roots(m)}
+    assert not bad
 
 
-def test_no_import_cycles_at_module_level() -> None:
-    assert _cycle() is None
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in sorted(edges[m]):
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            component = []
+            while True:
+                n = stack.pop()
+                component.append(n)
+                if n == m:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for m in sorted(edges):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def import_edges() -> dict[str, set[str]]:
+    """Every import between backstep's modules, lazy and TYPE_CHECKING ones included."""
+    return {m: {name for name, _ in imports(m, type_checking=True) if name in MODULES} - {m}
+            for m in MODULES}
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    """Guards the check below against passing on a reading that finds none."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    edges = import_edges()
+    assert "backstep.process.quick_exit" in edges["backstep.cli"]  # lazy, in a function
+    assert "backstep.tui.state.records" in edges["backstep.tui.state.pass_log"]  # TYPE_CHECKING
+
+
+def test_no_import_circles() -> None:
+    found = circles(import_edges())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+MAX_LINES = 400
+
+
+def test_no_module_over_400_lines() -> None:
+    """One job per module: a module past this is split, not grown."""
+    long = {m: n for m, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, long

@@ -19,9 +19,9 @@ from backstep.engine.debuggee import ChannelSink
 from backstep.engine.recorder import emit_all
 from backstep.process.channel import Channel
 from backstep.trace_form import expand
-from backstep.tui import reader as reader_module
 from backstep.tui.messages import SnapshotReady
-from backstep.tui.reader import Reader
+from backstep.tui.runtime import reader as reader_module
+from backstep.tui.runtime.reader import Reader
 from tests.tui_fixtures import summary, transformer_pass
 
 NODES = 6_000

@@ -11,9 +11,9 @@ import textwrap
 from pathlib import Path
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.model import SessionModel
+from backstep.tui.panels.status import status_text
 from backstep.tui.replay_app import ReplayApp
-from backstep.tui.status import status_text
+from backstep.tui.state.model import SessionModel
 from tests.test_tui import pilot
 
 ENV = {k: v for k, v in os.environ.items()

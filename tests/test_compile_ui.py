@@ -14,8 +14,8 @@ from rich.text import Text
 from textual.widgets import Tree
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.gradients import GradientsPanel
-from backstep.tui.graph import GraphPanel
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.replay_app import ReplayApp
 from tests.test_tui import pilot, screen_text
 

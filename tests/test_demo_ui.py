@@ -11,9 +11,9 @@ from pathlib import Path
 from backstep.demo import catalog as demos
 from backstep.demo import narration
 from backstep.process.launcher import debuggee_command
-from backstep.tui.app import BackstepApp
-from backstep.tui.live import LiveLink
-from backstep.tui.narration_panel import NarrationPanel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.narration import NarrationPanel
+from backstep.tui.runtime.live_link import LiveLink
 from tests.test_tui import screen_text
 from tests.tui_fixtures import RecordingLink, example_events
 
@@ -82,8 +82,8 @@ def test_the_panel_fills_ids_saved_bytes_and_late_measured_values() -> None:
     saved bytes, and measured lines the script printed, even when they arrive after the exit."""
     from textual.app import App, ComposeResult
 
-    from backstep.tui.console import ConsolePanel
-    from backstep.tui.model import SessionModel
+    from backstep.tui.panels.console import ConsolePanel
+    from backstep.tui.state.model import SessionModel
 
     story = narration.parse(
         'title = "t"\nintro = "before"\n'
@@ -226,7 +226,7 @@ def test_arithmetic_in_a_narration_is_not_read_as_emphasis() -> None:
 def test_as_markdown_keeps_code_and_bold_words_and_escapes_arithmetic() -> None:
     from rich.console import Console
 
-    from backstep.tui.narration_panel import as_markdown
+    from backstep.tui.panels.narration import as_markdown
 
     console = Console(width=120, record=True, color_system=None)
     console.print(as_markdown("x**3 at 3 gives 3x**2 = 27, 16*3 = 48, **AND** `a*b`"))

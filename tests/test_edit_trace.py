@@ -15,7 +15,7 @@ from backstep.engine.recorder import JsonlRecorder
 from backstep.engine.session import session_event
 from backstep.traces.edits import edits_of
 from backstep.traces.index import TraceIndex
-from backstep.tui.console import ConsolePanel
+from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.replay_app import ReplayApp, replay_status
 from tests.test_console_engine import Console
 from tests.test_engine_fidelity import captured

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from backstep.tui.hangup import HangUp
+from backstep.tui.runtime.hangup import HangUp
 
 
 class App:

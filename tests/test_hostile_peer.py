@@ -20,7 +20,7 @@ from backstep import protocol
 from backstep.commands.connect import RemoteLink
 from backstep.process import auth
 from backstep.process.channel import Channel
-from backstep.tui.app import BackstepApp
+from backstep.tui.live_app import BackstepApp
 from tests.hostile_traces import CONTROL, EVIL, hostile_events
 from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import upto_stop

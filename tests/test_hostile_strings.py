@@ -17,9 +17,9 @@ from backstep.cli import main
 from backstep.process.launcher import debuggee_command
 from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
-from backstep.tui.app import BackstepApp
-from backstep.tui.live import LiveLink
+from backstep.tui.live_app import BackstepApp
 from backstep.tui.replay_app import ReplayApp
+from backstep.tui.runtime.live_link import LiveLink
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
 from tests.replay_traces import record
 from tests.test_tui import pilot, screen_text, settle
@@ -155,7 +155,7 @@ def test_show_that_crashes_does_not_exit_0(traces, monkeypatch, capsys) -> None:
     """Before issue 29 a crash (MarkupError) printed a traceback and exited 0."""
     from textual.app import App
 
-    from backstep.tui.source import SourcePanel
+    from backstep.tui.panels.source import SourcePanel
 
     def boom(*args, **kwargs) -> None:
         raise RuntimeError("boom")

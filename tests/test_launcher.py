@@ -19,7 +19,7 @@ from backstep import protocol
 from backstep.process import transport
 from backstep.process.launcher import Debuggee, debuggee_command, exit_status, module_command
 from backstep.tui.messages import ServerError, SnapshotReady
-from backstep.tui.reader import Reader
+from backstep.tui.runtime.reader import Reader
 
 CONNECT = textwrap.dedent(
     """\
@@ -298,10 +298,10 @@ def test_ui_modules_never_import_torch() -> None:
     code = textwrap.dedent(
         """\
         import sys
-        import backstep.tui, backstep.tui.app, backstep.tui.live, backstep.process.launcher
+        import backstep.tui, backstep.tui.live_app, backstep.tui.runtime.live_link, backstep.process.launcher
         import backstep.commands.run, backstep.cli
         backstep.cli.build_parser()
-        from backstep.tui.app import BackstepApp
+        from backstep.tui.live_app import BackstepApp
         BackstepApp()
         bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
         assert not bad, bad

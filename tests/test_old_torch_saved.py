@@ -19,8 +19,8 @@ from backstep.engine.capture import Capture
 from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
 from backstep.engine.torch_api import saved_tensor_data
-from backstep.tui.app import BackstepApp
-from backstep.tui.saved import UNKNOWN_LINE, SavedPanel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.saved import UNKNOWN_LINE, SavedPanel
 from tests.test_diagnostics import PITFALLS, check_script, diagnose
 from tests.test_engine_events import nodes_of, record
 from tests.test_engine_fidelity import captured

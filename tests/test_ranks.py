@@ -18,8 +18,8 @@ from backstep.commands.other_ranks import interpreter_options
 from backstep.engine.process_group import GroupNotice
 from backstep.process import ranks
 from backstep.trace_form import expand
-from backstep.tui.model import SessionModel
-from backstep.tui.status import status_text
+from backstep.tui.panels.status import status_text
+from backstep.tui.state.model import SessionModel
 
 TWO = ranks.Rank(rank=1, local_rank=1, world_size=2)
 

@@ -17,9 +17,9 @@ import torch
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
 from backstep.traces.index import TraceIndex
-from backstep.tui.model import SessionModel
-from backstep.tui.replay import Position, Replay
-from backstep.tui.snapshot import Snapshot
+from backstep.tui.state.model import SessionModel
+from backstep.tui.state.replay import Position, Replay
+from backstep.tui.state.snapshot import Snapshot
 from tests.test_engine_fidelity import AutoStepper, captured
 
 

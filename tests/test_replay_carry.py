@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from backstep.traces.index import TraceIndex
-from backstep.tui import carry
-from backstep.tui.carry import Carry, CarryLog
+from backstep.tui.state import carry
+from backstep.tui.state.carry import Carry, CarryLog
 
 PASSES = 15
 
@@ -163,7 +163,7 @@ def test_passes_folded_as_the_scan_finds_them(tmp_path: Path, interleaved: bool)
 def test_a_snapshot_keeps_the_leaf_norms_of_its_moment() -> None:
     """Snapshots share one history of norms (no copy per accumulation): each still reads the
     norms as they were when it was made, in first-seen order, across passes."""
-    from backstep.tui.model import SessionModel
+    from backstep.tui.state.model import SessionModel
 
     model = SessionModel()
     seen: list[dict[str, float]] = []

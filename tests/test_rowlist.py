@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
-from backstep.tui.rowlist import RowList
+from backstep.tui.widgets.rowlist import RowList
 from tests.test_tui import pilot
 
 ROWS = 100

@@ -14,8 +14,8 @@ from textual.color import Color
 
 from backstep import protocol, safe_text
 from backstep.process.channel import Channel
-from backstep.tui.shown import ControlGuard
-from backstep.tui.source import source_lines
+from backstep.tui.panels.source import source_lines
+from backstep.tui.text.shown import ControlGuard
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

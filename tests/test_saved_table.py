@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.format import cut_apart, cut_middle, nbytes, shape_text
-from backstep.tui.model import _saved
-from backstep.tui.saved import SavedPanel, saved_table
-from backstep.tui.snapshot import SavedInfo
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.saved import SavedPanel, saved_table
+from backstep.tui.state.model import _saved
+from backstep.tui.state.records import SavedInfo
+from backstep.tui.text.format import cut_apart, cut_middle, nbytes, shape_text
 from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, upto_stop
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.model import SessionModel
-from backstep.tui.snapshot import PassView, Stop
+from backstep.tui.state.model import SessionModel
+from backstep.tui.state.records import Stop
+from backstep.tui.state.snapshot import PassView
 
 
 def naive(view: PassView, stop: Stop | None) -> tuple[int, int]:

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
-from backstep.tui.against import Against
-from backstep.tui.gradients import GradientsPanel
+from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.replay_app import ReplayApp
+from backstep.tui.state.against import Against
 from tests.replay_traces import VARIANTS, record_all
 from tests.test_tui import pilot
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.flow import FlowScreen
-from backstep.tui.gradients import GradientsPanel
+from backstep.tui.panels.flow import FlowScreen
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.saved import SavedPanel
 from backstep.tui.replay_app import ReplayApp
-from backstep.tui.saved import SavedPanel
 from tests.replay_traces import record
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_search import type_query

@@ -9,9 +9,9 @@ import pytest
 
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
-from backstep.tui.format import GLYPHS
-from backstep.tui.graph import GraphPanel
+from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
+from backstep.tui.text.format import GLYPHS
 from tests.replay_traces import record
 from tests.test_tui import pilot, screen_text
 
@@ -239,7 +239,7 @@ async def test_help_lists_the_replay_keys(trace: Path) -> None:
 async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace: Path) -> None:
     """While the person reads a pass, the next one is opened ahead; ] then shows it, and it is
     exactly what ] shows without it (the leaves carried, the graph, the stop)."""
-    from backstep.tui.replay import Replay
+    from backstep.tui.state.replay import Replay
     from tests.test_replay import panels
 
     with TraceIndex(trace) as index:
@@ -264,7 +264,7 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
     opened and drawn (nothing left to catch up with when the key is let go)."""
     from textual import events
 
-    import backstep.tui.replay as replay_module
+    import backstep.tui.state.replay as replay_module
 
     with TraceIndex(trace) as index:
         app = ReplayApp(index)
@@ -361,7 +361,7 @@ async def test_backstep_show_collects_at_rest_after_a_move(trace: Path, monkeypa
 def test_settle_freezes_what_is_alive() -> None:
     import gc
 
-    from backstep.tui.settle import settle, tidy
+    from backstep.tui.runtime.settle import settle, tidy
 
     thresholds = gc.get_threshold()
     try:

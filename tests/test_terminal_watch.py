@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from backstep.tui.terminal_watch import terminal_gone
+from backstep.tui.runtime.terminal_watch import terminal_gone
 
 
 def test_a_live_pty_is_not_gone_and_a_closed_one_is() -> None:
@@ -37,7 +37,7 @@ def test_a_gone_terminal_ends_the_process_after_its_cleanup(tmp_path: Path) -> N
     and the process exits 129, as a hangup would."""
     code = textwrap.dedent(f"""\
         import os, pty, sys
-        from backstep.tui.terminal_watch import end_if_gone
+        from backstep.tui.runtime.terminal_watch import end_if_gone
         master, slave = pty.openpty()
         end_if_gone(slave, lambda: print("too early"))
         os.close(master)

@@ -15,7 +15,7 @@ import pytest
 from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
 from backstep.traces.output import Tee, _Budget, recording
-from backstep.tui.console import ConsolePanel
+from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.replay_app import ReplayApp
 from tests.replay_traces import ENV
 from tests.test_tui import pilot

@@ -14,7 +14,7 @@ from backstep.trace_form import expand
 from backstep.traces.index import MalformedEvent, TraceIndex
 from backstep.traces.schema import check
 from backstep.tui.messages import ServerError, SnapshotReady
-from backstep.tui.reader import Reader
+from backstep.tui.runtime.reader import Reader
 from tests.replay_traces import record
 
 BASE = Path(__file__).parent / "fixtures" / "small_trace.jsonl"

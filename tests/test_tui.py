@@ -12,14 +12,14 @@ import pytest
 from rich.text import Text
 from textual.widgets import Input, Select
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.breakpoints import BreakpointDialog
-from backstep.tui.console import ConsolePanel
-from backstep.tui.gradients import GradientsPanel
-from backstep.tui.graph import GraphPanel
-from backstep.tui.help import HelpScreen
+from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import ConsoleOutput, Disconnected, ServerError
-from backstep.tui.tensorview import TensorView
+from backstep.tui.panels.breakpoint_dialog import BreakpointDialog
+from backstep.tui.panels.console import ConsolePanel
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.panels.help import HelpScreen
+from backstep.tui.panels.tensorview import TensorView
 from tests.tui_fixtures import (
     ACC_X,
     ADD,

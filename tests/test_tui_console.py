@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.console import ConsolePanel
-from backstep.tui.leave_output import last_screenful
-from backstep.tui.status import StatusLine
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.console import ConsolePanel
+from backstep.tui.panels.status import StatusLine
+from backstep.tui.runtime.leave_output import last_screenful
 from tests.test_tui import make_app, pilot, screen_text
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from backstep.process.launcher import debuggee_command
-from backstep.tui.app import BackstepApp
-from backstep.tui.diagnosis import DiagnosisBanner
-from backstep.tui.graph import GraphPanel
-from backstep.tui.help import HelpScreen
-from backstep.tui.live import LiveLink
-from backstep.tui.model import SessionModel
-from backstep.tui.snapshot import Related
-from backstep.tui.source import SourcePanel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.diagnosis import DiagnosisBanner
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.panels.help import HelpScreen
+from backstep.tui.panels.source import SourcePanel
+from backstep.tui.runtime.live_link import LiveLink
+from backstep.tui.state.model import SessionModel
+from backstep.tui.state.records import Related
 from tests.test_tui import line_with, make_app, pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,

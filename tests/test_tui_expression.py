@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.console import ConsolePanel
-from backstep.tui.graph import GraphPanel
+from backstep.tui.panels.console import ConsolePanel
+from backstep.tui.panels.graph import GraphPanel
 from tests.test_tui import make_app, pilot, screen_text, settle
 from tests.tui_fixtures import MUL, example_events, summary
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.flow import FlowScreen, leaf_flows, verdicts
-from backstep.tui.flow_leaves import axis_labels
-from backstep.tui.model import SessionModel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.flow import FlowScreen, leaf_flows, verdicts
+from backstep.tui.state.flow_leaves import axis_labels
+from backstep.tui.state.model import SessionModel
 from tests.test_tui import pilot, screen_text
 from tests.test_tui_search import two_passes_own_ids
 from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary, upto_stop

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.format import summary_line, summary_lines
-from backstep.tui.gradients import GradientsPanel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.text.format import summary_line, summary_lines
 from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, summary, upto_stop
 

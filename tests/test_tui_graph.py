@@ -6,10 +6,10 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.graph import GraphPanel
-from backstep.tui.graphlayout import TOP, GraphLayout
-from backstep.tui.snapshot import Graph
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.state.graphlayout import TOP, GraphLayout
+from backstep.tui.state.records import Graph
 from tests.tui_fixtures import RecordingLink, chain_pass, pass_begin, stop_at, transformer_pass
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.format import cut_left, cut_middle
-from backstep.tui.gradients import GradientsPanel
-from backstep.tui.graph import GraphPanel
-from backstep.tui.modules import ModulePanel
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.panels.modules import ModulePanel
+from backstep.tui.text.format import cut_left, cut_middle
 from tests.test_tui import line_with, pilot, screen_text, settle
 from tests.tui_fixtures import (
     LONG_LEAVES,

@@ -11,10 +11,17 @@ import pytest
 from rich.text import Text
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.app import BackstepApp
-from backstep.tui.format import fit_number
-from backstep.tui.leaves import COLUMNS, LeavesPanel, Scale, column_widths, joined, name_label
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.leaves import (
+    COLUMNS,
+    LeavesPanel,
+    Scale,
+    column_widths,
+    joined,
+    name_label,
+)
 from backstep.tui.replay_app import ReplayApp
+from backstep.tui.text.format import fit_number
 from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot, screen_text, settle
 from tests.test_tui_layout import gpt_named_events, make_app, no_wider

@@ -3,9 +3,9 @@ the current node's module unfolded, arrows fold and unfold."""
 
 from __future__ import annotations
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.model import SessionModel
-from backstep.tui.modules import NO_MODULE, ModulePanel, build_modules, module_parts
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.modules import NO_MODULE, ModulePanel, build_modules, module_parts
+from backstep.tui.state.model import SessionModel
 from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,

@@ -3,9 +3,9 @@ clicking a module row in the module view folds or unfolds it."""
 
 from __future__ import annotations
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.modules import ModulePanel
-from backstep.tui.tensorview import TensorView
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.modules import ModulePanel
+from backstep.tui.panels.tensorview import TensorView
 from tests.test_tui import pilot
 from tests.tui_fixtures import ADD, MUL, RecordingLink, example_events, long_name_events
 

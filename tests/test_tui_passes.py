@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.graph import GraphPanel
-from backstep.tui.model import SessionModel
-from backstep.tui.status import live_passes
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.panels.status import live_passes
+from backstep.tui.state.model import SessionModel
 from tests.test_tui import SIZE, line_with, pilot, screen_text
 from tests.tui_fixtures import ADD, POW, STEPS, pass_begin, summary
 

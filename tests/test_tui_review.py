@@ -3,9 +3,9 @@ recorded, marked "review"; ``n`` walks forward to the live stop; nothing is sent
 
 from __future__ import annotations
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.model import SessionModel
-from backstep.tui.review import review_at
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.state.model import SessionModel
+from backstep.tui.state.review import review_at
 from tests.test_tui import SIZE, pilot, screen_text
 from tests.tui_fixtures import RecordingLink, example_events, upto_stop
 

@@ -3,13 +3,13 @@ and n steps again."""
 
 from __future__ import annotations
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.gradients import GradientsPanel
-from backstep.tui.graph import GraphPanel
-from backstep.tui.modules import ModulePanel
-from backstep.tui.saved import SavedPanel
-from backstep.tui.search import SearchBar, matches, pick
-from backstep.tui.snapshot import Graph
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.panels.modules import ModulePanel
+from backstep.tui.panels.saved import SavedPanel
+from backstep.tui.panels.search import SearchBar, matches, pick
+from backstep.tui.state.records import Graph
 from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,

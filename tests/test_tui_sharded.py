@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.format import summary_line
-from backstep.tui.graph import GraphPanel
+from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.text.format import summary_line
 from tests.test_tui import SIZE, line_with, make_app, pilot, screen_text, settle
 from tests.tui_fixtures import ACC_X, MUL, example_events, summary
 

@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 
 from backstep.demo import catalog as demos
 from backstep.demo import narration
-from backstep.tui.app import BackstepApp
+from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import ConsoleOutput
 from tests.tui_fixtures import (
     ADD,

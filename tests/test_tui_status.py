@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.model import SessionModel
-from backstep.tui.status import HELP, HINTS, status_text
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.panels.status import HELP, HINTS, status_text
+from backstep.tui.state.model import SessionModel
 from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import RecordingLink, long_name_events, upto_stop
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.app import BackstepApp
-from backstep.tui.console import ConsolePanel
+from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import ConsoleOutput, InputWanted
+from backstep.tui.panels.console import ConsolePanel
 from tests.test_tui import SIZE, pilot
 from tests.tui_fixtures import RecordingLink, example_events
 

@@ -11,7 +11,7 @@ import inspect
 import math
 from typing import Any
 
-from backstep.tui.app import BackstepApp
+from backstep.tui.live_app import BackstepApp
 
 
 def example_script() -> None:  # pragma: no cover - the source lines the fixture events point at

@@ -21,7 +21,7 @@ from backstep import protocol
 
 if TYPE_CHECKING:
     from backstep.process.channel import Channel
-    from backstep.tui.app import BackstepApp
+    from backstep.tui.live_app import BackstepApp
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -143,8 +143,8 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         say("connect", f"cannot reach {where}: {exc.strerror or exc}")
         return 2
-    from backstep.tui.app import BackstepApp
-    from backstep.tui.hangup import HangUp
+    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.runtime.hangup import HangUp
 
     link = RemoteLink(channel)
     app = BackstepApp(link, breakpoints=breakpoints,

@@ -125,9 +125,9 @@ def launch(
         return 2
 
     from backstep.process.launcher import debuggee_command, exit_status
-    from backstep.tui.app import BackstepApp
-    from backstep.tui.hangup import HangUp
-    from backstep.tui.live import LiveLink
+    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.runtime.hangup import HangUp
+    from backstep.tui.runtime.live_link import LiveLink
 
     link = LiveLink(debuggee_command(script, script_args, source=source, as_module=as_module))
     app = BackstepApp(link, breakpoints=list(breakpoints),
@@ -141,7 +141,7 @@ def launch(
             link.close()  # idempotent: no orphan even if the UI crashed
     if hang_up.code is not None:
         return hang_up.code
-    from backstep.tui.leave_output import leave_output
+    from backstep.tui.runtime.leave_output import leave_output
 
     leave_output(app.console_lines, sys.stdout)  # the UI's screen is gone: the output stays
     if result is None:

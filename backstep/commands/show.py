@@ -74,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
         if serving.wanted(args):  # checked here; each browser connection opens it anew
             return serving.show(args)
         from backstep.traces.diff import Tolerance
-        from backstep.tui.against import Against
-        from backstep.tui.hangup import HangUp
         from backstep.tui.replay_app import ReplayApp
+        from backstep.tui.runtime.hangup import HangUp
+        from backstep.tui.state.against import Against
 
         against = (Against(index, against_index, Tolerance(args.rtol, args.atol))
                    if against_index is not None else None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from backstep.process import transport
 
 if TYPE_CHECKING:
-    from backstep.tui.app import BackstepApp
+    from backstep.tui.live_app import BackstepApp
 
 
 def pump(fd: int, name: str, app: BackstepApp) -> None:
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         address = None
     options = json.loads(args.options)
     console = [int(fd) for fd in args.console.split(",") if fd]
-    from backstep.tui.app import BackstepApp
+    from backstep.tui.live_app import BackstepApp
 
     link = AttachLink(console, address)
     app = BackstepApp(link, breakpoints=list(options.get("breakpoints", [])),

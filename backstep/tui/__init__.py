@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from backstep.tui.app import BackstepApp, Link
+from backstep.tui.live_app import BackstepApp
+from backstep.tui.runtime.link import Link
 
 __all__ = ["BackstepApp", "Link"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.message import Message
 
-from backstep.tui.snapshot import Snapshot
+from backstep.tui.state.snapshot import Snapshot
 
 
 @dataclass

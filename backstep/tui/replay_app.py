@@ -22,19 +22,19 @@ from textual.widgets import Input, Static
 
 from backstep import safe_text
 from backstep.traces.index import TraceIndex
-from backstep.tui.against import Against
-from backstep.tui.app import BackstepApp
-from backstep.tui.carry import Carry
-from backstep.tui.console import ConsolePanel
-from backstep.tui.edited import EDITED_STYLE, EDITED_WORDS
-from backstep.tui.gradients import GradientsPanel
-from backstep.tui.help import HelpScreen
+from backstep.tui.actions.replay_console import ReplayConsoleActions
+from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import SnapshotReady
-from backstep.tui.replay import PassTimeline, Replay
-from backstep.tui.replay_console import ReplayConsoleActions
-from backstep.tui.settle import settle, tidy
-from backstep.tui.snapshot import PassView
-from backstep.tui.status import EAGER, REASONS, StatusLine, with_keys
+from backstep.tui.panels.console import ConsolePanel
+from backstep.tui.panels.gradients import GradientsPanel
+from backstep.tui.panels.help import HelpScreen
+from backstep.tui.panels.status import EAGER, REASONS, StatusLine, with_keys
+from backstep.tui.runtime.settle import settle, tidy
+from backstep.tui.state.against import Against
+from backstep.tui.state.carry import Carry
+from backstep.tui.state.replay import PassTimeline, Replay
+from backstep.tui.state.snapshot import PassView
+from backstep.tui.text.edited import EDITED_STYLE, EDITED_WORDS
 
 SCAN_SLICE = 4 * 1024 * 1024  # bytes indexed (and passes folded) per tick while a trace opens
 FOLD_SLICE = 0.01  # seconds of folding passes' leaf accumulations per tick after that

@@ -1,0 +1,177 @@
+"""The console panel: the script's stdout and stderr as they arrive, its traceback, and a line
+for its stdin when it waits for one.
+
+What a script prints reaches the screen as text: its colours and cursor moves are dropped, any
+other escape sequence (a title, a clipboard write) is shown as it reads (``safe_text``). A
+carriage return is then obeyed as a terminal's: a progress bar (tqdm) redraws its line in place.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.syntax import Syntax
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, Log, Static
+
+from backstep import safe_text
+from backstep.tui.panels.expression_line import ExpressionLine
+
+_PIECES = re.compile(r"\r\n|\n|\r|[^\r\n]+")
+
+
+class OutputLog(Log):
+    r"""A ``Log`` that obeys carriage returns: the text after a line's last ``\r`` replaces
+    the line (``\r\n`` is a newline), across writes too, so a bar updated in place takes one
+    line, not one per update. It is given text that ``safe_text`` has made printable, so no
+    other control character reaches it."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._returned = False  # a \r came last on the line: the next text replaces it
+
+    def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
+        if not self._returned and "\r" not in data:  # the usual output: in one write
+            super().write(data, scroll_end)
+            return self
+        for piece in _PIECES.findall(data):
+            if piece == "\r":
+                self._returned = True
+                continue
+            newline = piece in ("\n", "\r\n")
+            if self._returned and not newline and self._lines:
+                self._lines[-1] = ""  # Log.write appends to the last line: it starts afresh
+            self._returned = False
+            super().write("\n" if newline else piece, scroll_end)
+        return self
+
+    def on_resize(self) -> None:
+        """It grows with the output (up to its most lines): the last line stays in view."""
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+
+class StdinLine(Input):
+    """One line for the script's stdin: enter sends it, ctrl+d ends the input (EOF), escape
+    goes back to the graph and leaves the line open."""
+
+    BINDINGS = [
+        Binding("ctrl+d", "end_of_input", "end of input", show=False),
+        Binding("escape", "leave", "back", show=False),
+    ]
+
+    class EndOfInput(Message):
+        """The person pressed ctrl+d: the script's stdin ends."""
+
+    def action_end_of_input(self) -> None:
+        self.post_message(self.EndOfInput())
+
+    def action_leave(self) -> None:
+        self.screen.focus_next("#graph")
+
+
+class ConsolePanel(Vertical):
+    """A live log of the script's output (partial lines included) and, if it raised, the
+    traceback highlighted."""
+
+    ALLOW_MAXIMIZE = True  # z on the log maximises the whole panel, traceback included
+
+    class Typed(Message):
+        """A line the person typed for the script's stdin (newline included)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class Ended(Message):
+        """The person ended the script's stdin."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Console"
+        self.log_view = OutputLog(max_lines=10_000, id="console-log")
+        self.traceback_view = Static("", id="console-traceback")
+        self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
+                                    "sends it, ctrl+d ends the input", id="console-input")
+        self.stdin_closed = False
+        self.expression_line = ExpressionLine(id="console-expression", classes="console-line")
+
+    def compose(self) -> ComposeResult:
+        yield self.log_view
+        yield self.traceback_view
+        yield self.stdin_line
+        yield self.expression_line
+
+    def on_mount(self) -> None:
+        self.stdin_line.display = False
+        self.expression_line.display = False
+
+    def asked(self, source: str) -> None:
+        """Echo a console line the person sent (as a REPL shows its prompt)."""
+        self._line_start()
+        self.log_view.write(f">>> {safe_text.printable(source)}\n")
+        self.log_view.scroll_end(animate=False)  # the person asked: the answer comes into view
+
+    def answer(self, text: str) -> None:
+        """An expression console's answer (a value or a traceback), made printable: it comes
+        from the debuggee, or from a trace."""
+        if text:
+            self._line_start()
+            self.log_view.write(f"{safe_text.lines(text)}\n")
+            self.log_view.scroll_end(animate=False)
+
+    def _line_start(self) -> None:
+        if self.log_view.line_count and not self.text.endswith("\n"):
+            self.log_view.write("\n")
+
+    def write(self, text: str) -> None:
+        self.log_view.write(safe_text.script_output(text))
+
+    def note(self, text: str) -> None:
+        """A line from backstep itself, not the script."""
+        self._line_start()
+        self.log_view.write(f"[backstep] {safe_text.lines(text)}\n")
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.log_view.lines)
+
+    def show_traceback(self, traceback: str) -> None:
+        self.traceback_view.update(
+            Syntax(safe_text.lines(traceback.rstrip("\n")), "pytb", theme="ansi_dark", background_color="default",
+                   word_wrap=True)
+        )
+        self.traceback_view.display = True
+        self.add_class("-raised")
+
+    # -- stdin ----------------------------------------------------------------------------
+
+    def offer_input(self) -> bool:
+        """Show the input line and give it the keyboard; False once stdin has ended."""
+        if self.stdin_closed:
+            return False
+        self.stdin_line.display = True
+        self.stdin_line.focus()
+        return True
+
+    def hide_input(self) -> None:
+        if self.stdin_line.has_focus:
+            self.screen.focus_next("#graph")
+        self.stdin_line.display = False
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        text = event.value + "\n"
+        self.stdin_line.value = ""
+        self.log_view.write(safe_text.script_output(text))  # echoed, as a terminal would
+        self.hide_input()
+        self.post_message(self.Typed(text))
+
+    def on_stdin_line_end_of_input(self, event: StdinLine.EndOfInput) -> None:
+        event.stop()
+        self.stdin_closed = True
+        self.hide_input()
+        self.post_message(self.Ended())

@@ -1,0 +1,169 @@
+"""The saved-tensors panel: what the node kept from the forward pass, and the pass's totals."""
+
+from __future__ import annotations
+
+from rich._ratio import ratio_distribute  # how an expanded Table shares out spare cells
+from rich.text import Text
+from textual.widgets import Static
+
+from backstep.tui.state.focus import Focus
+from backstep.tui.state.records import SavedInfo
+from backstep.tui.text.format import apart_width, cut_apart, cut_middle, nbytes, shape_text
+
+STATUS_STYLE = {"alive": "green", "freed": "dim", "modified": "bold red", "unknown": "yellow"}
+# under the table when the engine could not read a saved tensor (status "unknown"): the traced
+# torch has no SavedTensor.data, and unpacking would re-run checkpoint forwards
+UNKNOWN_LINE = ("torch < 2.10 has no SavedTensor.data: saved tensors' shapes, sizes and status "
+                "are unknown")
+
+
+def status_text(item: SavedInfo, released: bool = False) -> Text:
+    """The status; ``released`` when the node has run in a pass that does not retain the graph
+    (the engine reports the status as seen before the node ran, and PyTorch frees right after)."""
+    if released and item.status == "alive" and item.shape is not None:
+        return Text("freed", style="dim")
+    if item.status == "none" or (item.status == "scalar" and item.value is not None):
+        return Text("")  # a value, not a tensor held: the tensor column says it all
+    text = Text(item.status, style=STATUS_STYLE.get(item.status, ""))
+    if item.version_saved is not None and item.version_now is not None and (
+        item.status == "modified" or item.version_now != item.version_saved
+    ):
+        text.append(f" v{item.version_saved}→v{item.version_now}", style="red")
+    return text
+
+
+def tensor_cell(item: SavedInfo, dtype: bool) -> str:
+    """The tensor column: shape (and dtype), a scalar's value, or None for an optional tensor
+    PyTorch did not save."""
+    if item.status == "none":
+        return "None"
+    if item.value is not None:
+        return item.value
+    if item.shape is None and item.dtype is None:
+        return "scalar"
+    return shape_text(item.shape) + (f" {item.dtype or ''}" if dtype else "")
+
+
+HEADERS = (("name", False), ("tensor", False), ("bytes", True), ("status", False))
+NAME_MIN = 6  # the name column's least width, while the panel has the room
+VALUE_MIN = 8  # a scalar's value cut to keep names apart keeps this many cells
+
+
+def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
+    """One line a saved tensor under a header: name, shape and dtype, bytes, status, each column
+    padded a cell either side and spread over ``width`` as rich's expanded ``Table`` does,
+    drawn as text (a ``Table`` measured and laid out its cells again on every frame: 2 ms of a
+    35 ms pass change). The shape, bytes and status are what the panel is for: they keep their
+    width (one cell short, the last column's right pad goes at the panel's edge). Long names are
+    cut in the middle, where they stay apart (``mat1…sizes``, ``mat2…strides``), and on a narrow panel
+    the dtype goes before a name is cut below 8 cells."""
+    statuses = [status_text(item, released) for item in saved]
+    sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
+             for item in saved]
+    fixed = max(len(b) for b in [*sizes, "bytes"]) + \
+        max(s.cell_len for s in [*statuses, Text("status")]) + 2 * len(HEADERS) - 1
+    names = max(len(item.name) for item in saved)
+    want = apart_width([item.name for item in saved])
+    for dtype in (True, False):
+        cells = [tensor_cell(item, dtype) for item in saved]
+        column = max(len(c) for c in [*cells, "tensor"])
+        if width and width - fixed - column < want:
+            # scalars' values (sizes, strides) give way, cut in the middle, to keep names apart
+            held = max((len(c) for c, item in zip(cells, saved, strict=True)
+                        if item.value is None), default=0)
+            column = max(held, len("tensor"), VALUE_MIN, width - fixed - want)
+            cells = [cut_middle(c, column) if item.value is not None else c
+                     for c, item in zip(cells, saved, strict=True)]
+            column = max(len(c) for c in [*cells, "tensor"])
+        room = width - fixed - column if width else names
+        if room >= min(names, 8):
+            break
+    room = max(room, 4)
+    names_cut = cut_apart([item.name for item in saved], room)  # siblings kept apart
+    rows = list(zip(names_cut, cells, sizes, statuses, strict=True))
+    content = [max(len(r[0]) for r in rows), max(len(r[1]) for r in rows),
+               max(len(r[2]) for r in rows), max(r[3].cell_len for r in rows)]
+    content = [max(c, len(title)) for c, (title, _) in zip(content, HEADERS, strict=True)]
+    content[0] = max(content[0], min(NAME_MIN, room))
+    widths = [c + 2 for c in content]
+    edge = " "  # the last column's right pad: the first cell to go at the panel's edge
+    if width and sum(widths) < width:
+        widths = [w + extra for w, extra in
+                  zip(widths, ratio_distribute(width - sum(widths), widths), strict=True)]
+    elif width and sum(widths) > width:
+        edge = ""
+    inner = [w - 2 for w in widths]
+    lines = [Text()]
+    for (title, right), cells in zip(HEADERS, inner, strict=True):
+        lines[0].append(f" {title.rjust(cells) if right else title.ljust(cells)} ",
+                        style="bold dim")
+    if not edge:
+        lines[0].right_crop(1)
+    for name, cell, size, status in rows:
+        line = Text()
+        line.append(f" {name.ljust(inner[0])} ", style="bold")
+        line.append(f" {cell.ljust(inner[1])} ")
+        line.append(f" {size.rjust(inner[2])} ")
+        line.append(" ")
+        status = status.copy()
+        status.pad_right(inner[3] - status.cell_len)  # in the status's own style
+        line.append_text(status)
+        line.append(edge)
+        lines.append(line)
+    if width:  # too narrow for even the cut names: cut at the edge, never wrapped
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)
+
+
+class SavedPanel(Static):
+    """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.border_title = "Saved tensors"
+        # what decides the panel's (auto) height: a new layout only when that changes, since a
+        # layout pass repaints every scrollbar on screen
+        self._shape: tuple[object, ...] = ()
+        self._focus: Focus | None = None
+        self._width = 0
+
+    def on_resize(self) -> None:
+        """Fit the table to the new width (names cut, or dtypes dropped, on a narrow panel)."""
+        if self._focus is not None and self.content_region.width != self._width:
+            self.show(self._focus)
+
+    def show(self, focus: Focus) -> None:
+        self._focus = focus
+        self._width = self.content_region.width
+        parts: list[Text] = []
+        shape: list[object] = []
+        saved = focus.saved
+        view = focus.snapshot.pass_
+        released = focus.record is not None and view is not None and not view.retain_graph
+        if focus.info is None:
+            parts.append(Text("no node selected", style="dim"))
+        elif saved is None:
+            parts.append(Text("not reached yet: saved tensors are read when the pass gets here",
+                              style="dim italic"))
+        elif not saved:
+            parts.append(Text("this node saved nothing", style="dim"))
+        else:
+            parts.append(saved_table(saved, released, self.content_region.width))
+            shape.append(("rows", len(saved)))  # one line a row (cut, never wrapped), a header
+            if any(item.status == "unknown" for item in saved):
+                parts.append(Text(UNKNOWN_LINE, style="dim italic"))
+                shape.append(("unknown", len(UNKNOWN_LINE)))  # it wraps on a narrow panel
+        if view is not None:
+            held, freed = view.saved_totals(focus.snapshot.stop)
+            line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
+                                 ("  held ", "dim"), (nbytes(held), "green"),
+                                 ("  freed ", "dim"), (nbytes(freed), ""))
+            if view.retain_graph:
+                line.append("  (retain_graph: nothing is freed)", style="dim")
+            parts.append(line)
+            shape.append(("footer", len(line.plain)))  # it wraps when longer than the panel
+        if parts and isinstance(parts[0], Text):  # a message instead of the table
+            shape.append(("message", parts[0].plain))
+        self.update(Text("\n").join(parts), layout=tuple(shape) != self._shape)
+        self._shape = tuple(shape)

@@ -1,0 +1,384 @@
+"""The session model: protocol events in, immutable snapshots out (stdlib only, no textual).
+
+The reader thread owns one ``SessionModel`` and applies every event to it; the UI only ever sees
+``Snapshot`` objects. A snapshot never changes after it is made: per-pass data that grows while a
+pass runs (records, accumulations) lives in append-only logs, and a snapshot remembers how much
+of each log it may see, so making one costs O(1) even on a 10,000-node graph.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from backstep.tui.state.pass_log import PassLog
+from backstep.tui.state.records import (
+    SEVERITIES,
+    Accumulation,
+    Diagnosis,
+    ExitInfo,
+    Graph,
+    LivePass,
+    NodeRecord,
+    Related,
+    SavedInfo,
+    SessionInfo,
+    Stop,
+    Waiting,
+    _int,
+    _mapping,
+    _str,
+    _summaries,
+    _tuple,
+    number,
+    summary_of,
+)
+from backstep.tui.state.records import evolve as replace
+from backstep.tui.state.snapshot import LeafNorms, PassView, Snapshot
+from backstep.tui.text import region
+from backstep.tui.text.format import scalar_text
+
+# ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
+# node records and accumulations in all, the oldest pass dropped first
+REVIEW_EVENTS = 20_000
+
+
+def _saved(value: Any) -> tuple[SavedInfo, ...]:
+    if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
+        return value
+    items = []
+    for raw in _tuple(value):
+        if not isinstance(raw, dict):
+            continue
+        version = raw.get("version") if isinstance(raw.get("version"), dict) else {}
+        shape = raw.get("shape")
+        size = raw.get("bytes")
+        items.append(
+            SavedInfo(
+                name=sys.intern(str(raw.get("name", "?"))),
+                status=sys.intern(str(raw.get("status", "alive"))),
+                shape=tuple(shape) if isinstance(shape, list) else None,
+                dtype=sys.intern(raw["dtype"]) if isinstance(raw.get("dtype"), str) else None,
+                bytes=size if isinstance(size, int) and not isinstance(size, bool) else 0,
+                version_saved=version.get("saved") if isinstance(version.get("saved"), int) else None,
+                version_now=version.get("now") if isinstance(version.get("now"), int) else None,
+                value=scalar_text(raw["value"]) if "value" in raw else None,
+            )
+        )
+    return tuple(items)
+
+
+def _related(value: Any) -> tuple[Related, ...]:
+    items = []
+    for raw in _tuple(value):
+        if not isinstance(raw, dict):
+            continue
+        file, line, code = raw.get("file"), raw.get("line"), raw.get("code")
+        items.append(Related(
+            role=str(raw.get("role", "related")),
+            file=file if isinstance(file, str) else None,
+            line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+            code=code if isinstance(code, str) else None,
+        ))
+    return tuple(items)
+
+
+class SessionModel:
+    """Applies events in order; ``snapshot()`` returns the current immutable view."""
+
+    def __init__(self) -> None:
+        self._snap = Snapshot()
+        self._diagnosed: set[tuple[str, int | None, Any]] = set()
+        self._zeroed_counts: dict[str, int] = {}
+        self._leaf_norms: dict[str, float] = {}  # each leaf's latest norm
+        # what snapshots see of it: a base taken at a pass's start and the changes since
+        self._norms_base: Mapping[str, float] = MappingProxyType({})
+        self._norms_when: dict[str, list[int]] = {}
+        self._norms_value: dict[str, list[float]] = {}
+        self._norms_count = 0
+        # every pass that began and has not ended (and the shown one): several passes can run
+        # at once, each on its own thread, and each keeps its own log
+        self._views: dict[int, PassView] = {}
+        # ended passes, oldest first, for stepping back (read by the UI thread: one tuple,
+        # swapped whole); ``dropped`` counts the passes let go at the cap
+        self.ended: tuple[PassView, ...] = ()
+        self.dropped = 0
+        self._kept: deque[PassView] = deque()
+        self._kept_events = 0
+        self.review_cap = REVIEW_EVENTS
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def apply(self, event: Mapping[str, Any]) -> bool:
+        """Fold one event in; True if it changed what the UI shows. Never raises on bad input."""
+        kind = event.get("event")
+        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        if handler is None:
+            return False
+        try:
+            new = handler(event)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return False  # a malformed event: ignore it, keep the last good state
+        if new is None:
+            return False
+        self._snap = replace(new, seq=self._snap.seq + 1)
+        return True
+
+    def _on_session(self, ev: Mapping[str, Any]) -> Snapshot:
+        info = SessionInfo(
+            version=ev.get("version") if isinstance(ev.get("version"), int) else None,
+            torch=ev.get("torch") if isinstance(ev.get("torch"), str) else None,
+            argv=tuple(str(a) for a in _tuple(ev.get("argv"))),
+            pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+            eager=ev.get("eager") is True,
+        )
+        return replace(self._snap, session=info, running=True)
+
+    def _on_process_group(self, ev: Mapping[str, Any]) -> Snapshot:
+        session = self._snap.session or SessionInfo(version=None, torch=None, argv=(), pid=None)
+        timeout = ev.get("timeout")
+        info = replace(
+            session,
+            process_group=f"{ev.get('backend')} ({int(ev['world_size'])} ranks)",
+            collective_timeout=float(timeout) if isinstance(timeout, (int, float)) else None,
+        )
+        return replace(self._snap, session=info)
+
+    def _on_pass_begin(self, ev: Mapping[str, Any]) -> Snapshot:
+        self._rebase_norms()
+        view = PassView(
+            number=int(ev["pass"]),
+            parent=ev.get("parent") if isinstance(ev.get("parent"), int) else None,
+            api=str(ev.get("api", "backward")),
+            retain_graph=bool(ev.get("retain_graph")),
+            create_graph=bool(ev.get("create_graph")),
+            graph=Graph.build(ev.get("nodes"), ev.get("roots")),
+            log=PassLog(),
+            thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
+        )
+        self._views[view.number] = view
+        snap = replace(self._snap, passes=max(self._snap.passes, view.number), running=True)
+        stop = snap.stop
+        if stop is not None and stop.thread != view.thread:
+            # another thread is paused and shown: the new pass runs beside it, listed
+            return self._with_live(snap)
+        # nothing is paused, or the paused thread went on (a nested pass): show the new pass
+        return self._with_live(self._show(replace(snap, stop=None), view))
+
+    def _on_edit(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        """The person replaced a gradient at a stop: the pass is marked as edited."""
+        view = self._current_pass(ev)
+        if view is None:
+            return None
+        what = f"{_str(ev.get('what')) or 'edit'} at {_str(ev.get('name')) or '?'} #{ev.get('id')}"
+        return self._update(replace(view, edits=(*view.edits, what)))
+
+    def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
+        number = ev.get("pass")
+        return self._views.get(number) if isinstance(number, int) else None
+
+    def _update(self, view: PassView, **changes: Any) -> Snapshot:
+        """A snapshot with ``view`` kept as its pass's latest view (shown if it is shown)."""
+        snap = replace(self._snap, **changes)
+        shown = snap.pass_ is not None and snap.pass_.number == view.number
+        if view.ended and not shown:
+            self._views.pop(view.number, None)  # ended out of sight: nothing left to show
+        else:
+            self._views[view.number] = view
+        return replace(snap, pass_=view) if shown else snap
+
+    def _show(self, snap: Snapshot, view: PassView | None) -> Snapshot:
+        """Show ``view``; an ended pass that was shown is forgotten once out of sight."""
+        old = snap.pass_
+        if old is not None and old is not view and old.ended:
+            self._views.pop(old.number, None)
+        return replace(snap, pass_=view)
+
+    def _with_live(self, snap: Snapshot) -> Snapshot:
+        stopped = snap.stop.pass_ if snap.stop is not None else None
+        waiting = {w.pass_ for w in snap.waiting}
+        live = tuple(
+            LivePass(number=v.number, thread=v.thread,
+                     state="stopped" if v.number == stopped
+                     else "waiting" if v.number in waiting else "running")
+            for _, v in sorted(self._views.items()) if not v.ended
+        )
+        return replace(snap, live=live)
+
+    def _on_node(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        view = self._current_pass(ev)
+        if view is None or not isinstance(ev.get("id"), int):
+            return None
+        node_id = ev["id"]
+        log = view.log
+        if node_id in log.records and log.records[node_id].index < view.done:
+            return None  # duplicate
+        grad_inputs = ev.get("grad_inputs")
+        record = NodeRecord(
+            index=len(log.executed),
+            step=int(ev.get("step") or len(log.executed) + 1),
+            id=node_id,
+            name=str(ev.get("name", "?")),
+            grad_outputs=_summaries(ev.get("grad_outputs")),
+            grad_inputs=_summaries(grad_inputs) if isinstance(grad_inputs, (list, tuple)) else None,
+            saved=_saved(ev.get("saved")),
+            error=str(ev["error"]) if ev.get("error") else None,
+        )
+        log.truncate(view.done)  # forget anything a newer snapshot never published
+        log.executed.append(node_id)
+        log.records[node_id] = record
+        return self._update(replace(view, done=len(log.executed)), running=True)
+
+    def _on_region(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        view = self._current_pass(ev)
+        found = region.from_event(ev) if view is not None else None
+        if view is None or found is None or found.id not in view.graph.nodes:
+            return None
+        view.log.regions[found.id] = found
+        return self._update(view)
+
+    def _on_accumulate(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        view = self._current_pass(ev)
+        leaf = ev.get("leaf")
+        if view is None or not isinstance(leaf, str):
+            return None
+        before = summary_of(ev.get("before"))
+        after = summary_of(ev.get("after"))
+        retained = bool(ev.get("retained"))
+        zeroed = before is None or number(before.get("norm")) == 0.0
+        count = 1 if zeroed else self._zeroed_counts.get(leaf, 1) + 1
+        self._zeroed_counts[leaf] = count
+        if after is not None:
+            norm = number(after.get("norm"))
+            if norm is not None:
+                self._leaf_norms[leaf] = norm
+                self._norms_when.setdefault(leaf, []).append(self._norms_count)
+                self._norms_value.setdefault(leaf, []).append(norm)
+                self._norms_count += 1
+        log = view.log
+        del log.accumulations[view.accumulated:]
+        log.accumulations.append(
+            Accumulation(
+                index=len(log.accumulations),
+                leaf=leaf,
+                id=ev.get("id") if isinstance(ev.get("id"), int) else None,
+                before=before,
+                after=after,
+                retained=retained,
+                passes_since_zeroed=count,
+            )
+        )
+        return self._update(replace(view, accumulated=len(log.accumulations)),
+                            leaf_norms=self._norms())
+
+    def _on_pass_end(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        view = self._current_pass(ev)
+        if view is None or view.ended:
+            return None
+        skipped = frozenset(i for i in _tuple(ev.get("skipped")) if isinstance(i, int))
+        ended = replace(
+            view,
+            ended=True,
+            status=str(ev.get("status", "ok")),
+            error=str(ev["error"]) if ev.get("error") else None,
+            skipped=skipped,
+        )
+        self._keep(ended)
+        snap = self._update(ended)
+        if snap.stop is not None and snap.stop.pass_ == ended.number:
+            snap = replace(snap, stop=None)
+        return self._with_live(snap)
+
+    def restore_leaves(self, counts: Mapping[str, int], norms: Mapping[str, float]) -> None:
+        """Start where earlier passes left the leaves (a replay opening a later pass): how many
+        passes accumulated into each since it was zeroed, and its latest ``.grad`` norm."""
+        self._zeroed_counts.update(counts)
+        self._leaf_norms.update(norms)
+        self._rebase_norms()
+        self._snap = replace(self._snap, leaf_norms=self._norms(),
+                             seq=self._snap.seq + 1)
+
+    def _norms(self) -> LeafNorms:
+        return LeafNorms(self._norms_base, self._norms_when, self._norms_value,
+                         self._norms_count)
+
+    def _rebase_norms(self) -> None:
+        """Start a new history on a copy of the latest norms (once a pass: the history of a
+        long session stays one pass long; older snapshots keep theirs)."""
+        if self._norms_count or len(self._norms_base) != len(self._leaf_norms):
+            self._norms_base = MappingProxyType(dict(self._leaf_norms))
+            self._norms_when, self._norms_value, self._norms_count = {}, {}, 0
+
+    def _keep(self, view: PassView) -> None:
+        """Remember an ended pass for review, dropping the oldest beyond ``review_cap``."""
+        kept = self._kept
+        kept.append(view)
+        self._kept_events += view.done + view.accumulated
+        while len(kept) > 1 and self._kept_events > self.review_cap:
+            old = kept.popleft()
+            self._kept_events -= old.done + old.accumulated
+            self.dropped += 1
+        self.ended = tuple(kept)
+
+    def _on_stopped(self, ev: Mapping[str, Any]) -> Snapshot:
+        stop = Stop(
+            pass_=int(ev["pass"]),
+            step=int(ev.get("step") or 0),
+            id=int(ev["id"]),
+            name=str(ev.get("name", "?")),
+            reason=str(ev.get("reason", "step")),
+            detail=str(ev["detail"]) if ev.get("detail") else None,
+            grad_outputs=_summaries(ev.get("grad_outputs")),
+            saved=_saved(ev.get("saved")),
+            after=ev.get("after") is True,
+            stop=_int(ev.get("stop")),
+            thread=_str(ev.get("thread")),
+            device=_str(ev.get("device")),
+        )
+        snap = replace(self._snap, stop=stop, running=False,
+                       waiting=tuple(w for w in self._snap.waiting if w.stop != stop.stop
+                                     or stop.stop is None))
+        view = self._views.get(stop.pass_)
+        if view is not None:
+            snap = self._show(snap, view)
+        return self._with_live(snap)
+
+    def _on_waiting(self, ev: Mapping[str, Any]) -> Snapshot:
+        items = []
+        for raw in _tuple(ev.get("stops")):
+            if not isinstance(raw, dict) or _int(raw.get("stop")) is None \
+                    or _int(raw.get("pass")) is None:
+                continue
+            items.append(Waiting(stop=raw["stop"], pass_=raw["pass"], step=_int(raw.get("step")),
+                                 id=_int(raw.get("id")), name=str(raw.get("name", "?")),
+                                 thread=_str(raw.get("thread")), device=_str(raw.get("device"))))
+        return self._with_live(replace(self._snap, waiting=tuple(items)))
+
+    def _on_diagnosis(self, ev: Mapping[str, Any]) -> Snapshot | None:
+        severity = ev.get("severity")
+        title = ev.get("title")
+        diag = Diagnosis(
+            pass_=ev.get("pass") if isinstance(ev.get("pass"), int) else None,
+            kind=str(ev.get("kind", "?")),
+            message=str(ev.get("message", "")),
+            node=ev.get("node") if isinstance(ev.get("node"), int) else None,
+            source=_mapping(ev.get("source")),
+            title=title if isinstance(title, str) else "",
+            severity=severity if severity in SEVERITIES else "error",
+            related=_related(ev.get("related")),
+        )
+        if diag.key in self._diagnosed:
+            return None
+        self._diagnosed.add(diag.key)
+        return replace(self._snap, diagnoses=(*self._snap.diagnoses, diag))
+
+    def _on_exit(self, ev: Mapping[str, Any]) -> Snapshot:
+        code = ev.get("code")
+        tb = ev.get("traceback")
+        info = ExitInfo(code=code if isinstance(code, int) else 1,
+                        traceback=tb if isinstance(tb, str) and tb else None)
+        return replace(self._snap, exit=info, stop=None, running=False, waiting=(), live=())
