@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from backstep import demo as demo  # callable: ``backstep.demo(NAME)`` (see backstep/demo)
+from backstep._version import __version__ as __version__
 
-__version__ = "0.1.0"
 __all__ = ["__version__", "attach", "attached", "demo", "detach"]
 
 

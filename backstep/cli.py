@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from backstep import __version__
+from backstep._version import __version__
 
 SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect")
 

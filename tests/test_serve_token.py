@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.notebook import browser_url
+from backstep.process.notebook_cell import browser_url
 from backstep.process.served import ServedUI, serve_address, ui_command
 
 TRACE = str(Path(__file__).parent / "fixtures" / "small_trace.jsonl")

@@ -32,7 +32,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def _served(command: list[str], serve: str | None, who: str, **options: Any) -> Any:
     """A started ``ServedUI`` on ``serve``'s address, announced; None after one line if not."""
-    from backstep import notebook
+    from backstep.process import notebook_cell
     from backstep.process.served import ServedUI, serve_address
 
     try:
@@ -41,7 +41,7 @@ def _served(command: list[str], serve: str | None, who: str, **options: Any) -> 
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"backstep {who}: --serve: {exc}", file=sys.stderr)
         return None
-    notebook.show(served, f"backstep {who}", False)
+    notebook_cell.show(served, f"backstep {who}", False)
     return served
 
 

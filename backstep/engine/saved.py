@@ -114,8 +114,8 @@ def _modified_by(data: Any, saved: int, now: int) -> dict[str, Any] | None:
     """The in-place op (line and name) that moved the tensor past its saved version."""
     if saved == now:
         return None
-    try:
-        from backstep.engine.provenance import inplace_history
+    try:  # the module, not the package: the package's tagging imports this one
+        from backstep.engine.provenance.inplace import history as inplace_history
     except ImportError:
         return None
     history = [h for h in inplace_history(data) if saved < h.get("version", 0) <= now]

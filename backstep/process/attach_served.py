@@ -5,7 +5,7 @@ the one that blocks in ``backward()`` while you step), so this is the remote att
 (``attach_remote``) on 127.0.0.1 with any free port, plus a browser server (``served``) that
 runs ``backstep connect`` to it for each browser connection. The connect token goes to that
 server in its environment; the browser's URL carries a token of its own. The cell shows the
-page in a frame and a link (``notebook.show``), then ``attach`` waits for the page to connect:
+page in a frame and a link (``notebook_cell.show``), then ``attach`` waits for the page to connect:
 the next ``backward()`` stops for it. ``q`` (or closing the page) detaches for good, as ``q``
 does in a terminal: the cell runs on, the server ends, a later ``attach()`` starts afresh.
 ``detach()`` (the end of ``with attached()``) and the kernel's end do the same.
@@ -41,7 +41,7 @@ class _ServedAttachment(_RemoteAttachment):
 
     def __init__(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,
                  source: bool, serve: str | None) -> None:
-        from backstep.notebook import COLAB, in_colab, in_notebook
+        from backstep.process.notebook_cell import COLAB, in_colab, in_notebook
 
         super().__init__("127.0.0.1:0", breakpoints, stop_at_pass_start, source, wait=True)
         try:  # ValueError before anything is armed
@@ -73,9 +73,9 @@ class _ServedAttachment(_RemoteAttachment):
             connect_command(server.address, self.breakpoints, self.stop_at_pass_start),
             self.serve_address, env={ENV_TOKEN: server.token})
         served.start()
-        from backstep import notebook
+        from backstep.process import notebook_cell
 
-        notebook.show(served, "backstep.attach()", self.notebook)
+        notebook_cell.show(served, "backstep.attach()", self.notebook)
 
     def stop(self) -> None:
         super().stop()  # the UI reads the end of the script's stream, then its page ends

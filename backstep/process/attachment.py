@@ -119,7 +119,7 @@ def attach(
 
 
 def _in_notebook() -> bool:
-    from backstep.notebook import in_notebook
+    from backstep.process.notebook_cell import in_notebook
 
     return in_notebook()
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
-import backstep
 from backstep.engine.provenance.calls import CALL_CODES
 
-_BACKSTEP_DIR = os.path.dirname(os.path.abspath(backstep.__file__)) + os.sep
+# backstep/engine/provenance/frames.py -> backstep/ (not ``import backstep``: its __init__
+# reaches the attach family, which imports this)
+_BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BACKSTEP_DIR += os.sep
 _INTERNAL_DIRS: tuple[str, ...] = (
     os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
     _BACKSTEP_DIR,
