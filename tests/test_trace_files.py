@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from backstep.traces import filebytes, long_output
-from backstep.traces.index import TraceError, TraceIndex
+from backstep.traces.index import TraceIndex
+from backstep.traces.passes import TraceError
 from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot

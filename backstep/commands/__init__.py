@@ -76,7 +76,8 @@ def open_traces(who: str, *paths: str, partial: bool = False,
     """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the
     first that is not a trace and closing those already open: the command then exits 2.
     ``strict``: a malformed event is such an error (``diff``, ``export``), not a skipped line."""
-    from backstep.traces.index import TraceError, TraceIndex
+    from backstep.traces.index import TraceIndex
+    from backstep.traces.passes import TraceError
 
     opened: list[Any] = []
     try:

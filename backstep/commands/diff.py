@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces
     from backstep.traces.compiled_diff import compiled_side, diff_compiled
     from backstep.traces.diff import Tolerance, diff
-    from backstep.traces.index import TraceError
+    from backstep.traces.passes import TraceError
 
     problem = tolerance_problem(args)
     if problem is not None:

@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces, say
     from backstep.safe_text import DotIdError
     from backstep.traces.dot import to_dot
-    from backstep.traces.index import TraceError
+    from backstep.traces.passes import TraceError
 
     opened = open_traces("export", args.trace, strict=True)
     if opened is None:

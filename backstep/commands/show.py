@@ -40,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from backstep.commands import open_traces, say
-    from backstep.traces.index import TraceError, TraceIndex
+    from backstep.traces.index import TraceIndex
+    from backstep.traces.passes import TraceError
 
     try:
         breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]

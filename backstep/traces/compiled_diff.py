@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from backstep.traces.diff import Tolerance, _brief, compare_summary
-from backstep.traces.index import Pass, TraceIndex
+from backstep.traces.index import TraceIndex
+from backstep.traces.passes import Pass
 
 REGION = "CompiledFunctionBackward"
 SHOWN = 8  # differing leaves listed in full; the rest are counted

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backstep.traces.edits import edit_hint, edit_notes
-from backstep.traces.index import Pass, TraceIndex
+from backstep.traces.index import TraceIndex
+from backstep.traces.passes import Pass
 
 # (rtol, atol) per dtype, as torch.testing uses; the looser of the two sides applies.
 TOLERANCES: dict[str, tuple[float, float]] = {

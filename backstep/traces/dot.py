@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from backstep.safe_text import DotIdError, dot_id, dot_string
-from backstep.traces.index import Pass
+from backstep.traces.passes import Pass
 
 COLOURS = {
     "ran": "#c8e6c9",

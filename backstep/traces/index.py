@@ -21,82 +21,29 @@ import os
 import re
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from backstep import safe_text
 from backstep.protocol import VERSION
 from backstep.trace_form import expand
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
-from backstep.traces.long_output import LONG, capped, long_line
+from backstep.traces.long_output import output_entry
+from backstep.traces.passes import (
+    BYTE_CODE,
+    KIND_CODE,
+    NODE_CODE,
+    MalformedEvent,
+    Pass,
+    PassIndex,
+    PassLines,
+    TraceError,
+)
 from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
-KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released", "edit",
-         "region")  # region: a torch.compile region of the pass (engine.compiled)
-_CODE = {kind: code for code, kind in enumerate(KINDS)}
-_BYTE_CODE = {kind.encode(): code for kind, code in _CODE.items()}
-NODE_CODE = _CODE["node"]
 LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
-
-
-class TraceError(Exception):
-    """The file cannot be read as a trace at all (the CLI prints it and exits with code 2)."""
-
-
-class MalformedEvent(TraceError):
-    """An event whose fields do not fit the schema (``traces.schema``), read by a strict index:
-    ``file:line: field X: expected int, got list``."""
-
-
 REJECTIONS_KEPT = 1000  # malformed lines whose reason is kept (the first ones found)
-
-
-@dataclass
-class PassIndex:
-    """Where one pass's lines are in the file: the byte range from its ``pass_begin`` to its
-    last line (other passes' lines may interleave), a few bytes per pass however long it is."""
-
-    number: int
-    first: int = 0  # where its pass_begin line starts
-    last: int = 0  # where its last line seen so far ends
-    complete: bool = False
-    steps: int = 0
-    edits: int = 0  # ``edit`` events: gradients the person replaced at a stop (traces/edits)
-
-
-@dataclass
-class PassLines:
-    """One pass's lines, in file order: byte offsets and the KINDS code of each, and which of
-    them are ``node`` lines. Found up to byte ``found`` so far (``pass_lines(n, nodes)`` looks
-    only as far as it needs to: a replay opening a pass needs its first node line only)."""
-
-    starts: array = field(default_factory=lambda: array("q"))
-    ends: array = field(default_factory=lambda: array("q"))
-    kinds: bytearray = field(default_factory=bytearray)
-    nodes: array = field(default_factory=lambda: array("q"))  # indices of the node lines
-    found: int = 0  # the byte where the search goes on
-    complete: bool = False  # every line of the pass (as far as it is indexed) is found
-
-
-@dataclass
-class Pass:
-    """One pass read from the file: its ``pass_begin`` and the events that followed, in order."""
-
-    number: int
-    begin: dict[str, Any]
-    events: list[dict[str, Any]]
-    end: dict[str, Any] | None
-
-    @property
-    def nodes(self) -> list[dict[str, Any]]:
-        return list(self.begin.get("nodes") or [])
-
-    @property
-    def steps(self) -> list[dict[str, Any]]:
-        """The ``node`` events, in execution order."""
-        return [e for e in self.events if e.get("event") == "node"]
 
 
 class TraceIndex:
@@ -171,7 +118,7 @@ class TraceIndex:
             self.lines += 1
             match = head(data, at, min(to, at + HEAD))
             if match is not None and (data[to - 2:to] != b"}\n" and data[to - 1:to] != b"}"
-                                      or match.lastindex == 1 and match.group(1) in _BYTE_CODE):
+                                      or match.lastindex == 1 and match.group(1) in BYTE_CODE):
                 match = None  # not a whole line, or a pass event's pass not written as a number
                 # (or not second): let the parser decide
             if match is None:
@@ -194,7 +141,7 @@ class TraceIndex:
                 first = False
                 if kind != "session":
                     self.problems.append("no session line at the start")
-            if kind in _CODE and isinstance(number, int):
+            if kind in KIND_CODE and isinstance(number, int):
                 if self._add(kind, number, begin, end) and self.watch is not None:
                     self.watch(kind, number, begin, end)
                 if until_pass and kind == "pass_end":
@@ -269,7 +216,7 @@ class TraceIndex:
         """A line's ``event`` and ``pass`` (parsed only when the line is not as written)."""
         match = _HEAD.match(data, at, min(to, at + HEAD))
         if match is not None and (data[to - 2:to] == b"}\n" or data[to - 1:to] == b"}") \
-                and (match.group(2) or match.group(1) not in _BYTE_CODE):
+                and (match.group(2) or match.group(1) not in BYTE_CODE):
             return match.group(1).decode(), int(match.group(2)) if match.group(2) else None
         event = self._parse(start, end)
         if event is None:
@@ -353,7 +300,7 @@ class TraceIndex:
     def _find_lines(self, number: int, found: PassLines, last: int, nodes: int | None) -> None:
         """Find more of a pass's lines: up to ``last``, or until ``nodes`` node lines are."""
         starts, ends, kinds, node_lines = found.starts, found.ends, found.kinds, found.nodes
-        head, codes = _HEAD.match, _BYTE_CODE
+        head, codes = _HEAD.match, BYTE_CODE
         mine = str(number).encode()
         want = -1 if nodes is None else nodes
         start = found.found
@@ -364,7 +311,7 @@ class TraceIndex:
                 code = codes.get(match.group(1)) if match.group(2) == mine else None
             else:
                 kind, of = self._head(data, at, to, begin, end)
-                code = _CODE.get(kind) if of == number and kind is not None else None
+                code = KIND_CODE.get(kind) if of == number and kind is not None else None
             if code is not None:
                 if code == NODE_CODE:
                     node_lines.append(len(kinds))
@@ -380,7 +327,7 @@ class TraceIndex:
     def read_kinds(self, number: int, kinds: set[str]) -> list[dict[str, Any]]:
         """Only the events of these kinds of one pass (e.g. its accumulations), in order."""
         lines = self.pass_lines(number)
-        codes = {_CODE[k] for k in kinds if k in _CODE}
+        codes = {KIND_CODE[k] for k in kinds if k in KIND_CODE}
         found = []
         for line, start, code in zip(self._bytes.each(lines.starts, lines.ends), lines.starts,
                                      lines.kinds, strict=True):
@@ -424,16 +371,8 @@ class TraceIndex:
         its two ends: ``long_output``)."""
         texts = self._output_texts
         for i in range(len(texts), min(count, len(self.output_starts))):
-            start, end = self.output_starts[i], self.output_ends[i]
-            if end - start > LONG:
-                texts.append(long_line(self._bytes.read, start, end) or (
-                    "stdout", f"[an output event of {end - start:,} bytes, not shown]\n"))
-                continue
-            event = self._parse(start, end) or {}
-            text = event.get("text")
-            texts.append((str(event.get("stream") or "stdout"),
-                          capped(text if isinstance(text, str) else "")
-                          + ("\n[output truncated]\n" if event.get("truncated") else "")))
+            texts.append(output_entry(self._bytes.read, self._parse, self.output_starts[i],
+                                      self.output_ends[i]))
         return texts[:count]
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 SHOWN = 1 << 14  # characters kept from each end of one output event
 LONG = 1 << 20  # bytes of a line above which only its ends are read
@@ -64,3 +65,18 @@ def _decoded(fragment: bytes, *, from_end: bool) -> str | None:
         if isinstance(text, str):
             return text
     return None
+
+
+def output_entry(read: Callable[[int, int], bytes | None],
+                 parse: Callable[[int, int], dict[str, Any] | None],
+                 start: int, end: int) -> tuple[str, str]:
+    """One ``output`` event of a trace as (stream, text): a long one shows its two ends, any
+    other is parsed (``parse``) and its text capped."""
+    if end - start > LONG:
+        return long_line(read, start, end) or (
+            "stdout", f"[an output event of {end - start:,} bytes, not shown]\n")
+    event = parse(start, end) or {}
+    text = event.get("text")
+    return (str(event.get("stream") or "stdout"),
+            capped(text if isinstance(text, str) else "")
+            + ("\n[output truncated]\n" if event.get("truncated") else ""))

@@ -17,15 +17,15 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backstep.traces.index import KINDS, TraceIndex
+from backstep.traces.index import TraceIndex
+from backstep.traces.passes import KIND_CODE, NODE_CODE
 from backstep.tui.state.carry import Carry, CarryLog
 from backstep.tui.state.graphlayout import layout_of
 from backstep.tui.state.model import SessionModel, _saved
 from backstep.tui.state.records import Graph, Stop, _summaries
 from backstep.tui.state.snapshot import Snapshot
 
-NODE_CODE = KINDS.index("node")
-BEGIN_CODE = KINDS.index("pass_begin")
+BEGIN_CODE = KIND_CODE["pass_begin"]
 
 
 @dataclass(frozen=True)
