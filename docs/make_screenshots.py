@@ -1,4 +1,4 @@
-"""Regenerate the README's pictures from the real UI and debuggee, at 140x42:
+"""Regenerate the README's and docs' pictures from the real UI and debuggee, at 140x42:
 
 - docs/screenshot.svg: screenshot_example.py, a few nodes into the pass;
 - docs/module-view.svg: modules_example.py, a few steps in, in the module view (m);

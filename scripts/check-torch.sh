@@ -4,7 +4,7 @@
 # installs torch==VERSION (or a wheel file given by its path) into a fresh virtual environment,
 # installs this checkout into it, and runs the tests that compare backstep against plain PyTorch:
 # gradients, output, errors and exit codes, with and without source mapping. The venv is removed
-# afterwards (set KEEP_VENV=1 to keep it). Record the result in the README's compatibility table.
+# afterwards (set KEEP_VENV=1 to keep it). Record the result in docs/setup.md's compatibility table.
 # PYTHON picks the interpreter (default python3). Nothing is cached (a CUDA torch is several GB):
 # PIP_NO_CACHE_DIR=1. A pip configuration that caps torch is lifted for one run with
 # PIP_CONSTRAINT=/dev/null; the project is then installed against the torch just installed.
