@@ -21,21 +21,21 @@ def attach(*args: Any, **kwargs: Any) -> None:
     ``listen="[HOST:]PORT"`` (or BACKSTEP_LISTEN) waits for a remote ``backstep connect``
     instead (``wait=False``: run on until one attaches). In a Jupyter notebook the UI shows in
     the cell, served to the browser (``serve="[HOST:]PORT"`` serves it from anywhere)."""
-    from backstep.process.attachment import attach as _attach
+    from backstep.process.attach.attachment import attach as _attach
 
     _attach(*args, **kwargs)
 
 
 def detach() -> None:
     """Disarm backstep in this process: hooks removed, output restored."""
-    from backstep.process.attachment import detach as _detach
+    from backstep.process.attach.attachment import detach as _detach
 
     _detach()
 
 
 def attached(*args: Any, **kwargs: Any) -> Any:
     """Context manager: ``with backstep.attached(): ...`` arms backstep for the block."""
-    from backstep.process.attachment import attached as _attached
+    from backstep.process.attach.attachment import attached as _attached
 
     return _attached(*args, **kwargs)
 

@@ -42,7 +42,7 @@ def cell_magic(line: str, cell: str) -> None:
 
     from IPython import get_ipython
 
-    from backstep.process.attachment import attached
+    from backstep.process.attach.attachment import attached
 
     parser = argparse.ArgumentParser(prog="%%backstep", add_help=False, exit_on_error=False)
     parser.add_argument("--break", dest="breakpoints", action="append", default=[])

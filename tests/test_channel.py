@@ -363,9 +363,9 @@ def test_attach_gives_up_at_once_when_its_ui_dies_at_startup(tmp_path: Path) -> 
     (tmp_path / "train.py").write_text(textwrap.dedent("""\
         import sys
         import torch
-        import backstep, backstep.process.attachment
-        backstep.process.attachment.CONNECT_TIMEOUT = 3600.0  # the old code waited all of it
-        backstep.process.attachment.UI_COMMAND = [sys.executable, "-c", "import sys; sys.exit(3)"]
+        import backstep, backstep.process.attach.terminal
+        backstep.process.attach.terminal.CONNECT_TIMEOUT = 3600.0  # the old code waited all of it
+        backstep.process.attach.terminal.UI_COMMAND = [sys.executable, "-c", "import sys; sys.exit(3)"]
         x = torch.tensor(2.0, requires_grad=True)
         backstep.attach()
         (x * x).backward()
@@ -453,7 +453,7 @@ def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: P
 
 
 def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> None:
-    from backstep.process.attachment import _UIAttachment
+    from backstep.process.attach.terminal import _UIAttachment
 
     class Channel(FakeChannel):
         closed = False

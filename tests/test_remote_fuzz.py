@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import backstep  # noqa: E402
-from backstep.process import attachment, auth, remote  # noqa: E402
+from backstep.process import auth, remote  # noqa: E402
+from backstep.process.attach import registry  # noqa: E402
 from tests.test_channel_fuzz import fuzz_command  # noqa: E402
 
 SEED = 20261124
@@ -58,7 +59,7 @@ def answered(sock: socket.socket) -> bytes:
 def armed(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 1.0)
     backstep.attach(listen="127.0.0.1:0", wait=False, source=False)
-    server = attachment._current.server
+    server = registry.current.server
     assert server is not None
     host, port = server.address.rsplit(":", 1)
     try:

@@ -177,16 +177,16 @@ def test_run_checks_before_the_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_attach_in_process_warns_once(monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from backstep.process import attachment
+    from backstep.process.attach import attachment, registry
 
     monkeypatch.setattr(torch_api, "installed_version", lambda: "2.2.2")
-    monkeypatch.setattr(attachment, "_torch_warned", False)
+    monkeypatch.setattr(registry, "torch_warned", False)
     before = torch.autograd._engine_run_backward
     attachment.attach(trace=str(tmp_path / "t.jsonl"))
     attachment.attach(trace=str(tmp_path / "t.jsonl"))
     assert capsys.readouterr().err == FLOOR_LINE + " (the script continues without backstep)\n"
     assert torch.autograd._engine_run_backward is before, "nothing was armed"
-    assert attachment._current is None and not (tmp_path / "t.jsonl").exists()
+    assert registry.current is None and not (tmp_path / "t.jsonl").exists()
 
 
 def test_session_arm_leaves_a_torch_without_a_name_alone(

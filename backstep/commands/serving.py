@@ -77,7 +77,7 @@ def show(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, breakpoints: list[dict[str, Any]]) -> int:
     """``backstep run --serve SCRIPT``: the script's exit code."""
-    from backstep.process.attach_served import connect_command
+    from backstep.process.attach.served import connect_command
     from backstep.process.listen import run_listening
     from backstep.process.remote import ENV_TOKEN, RemoteServer
 

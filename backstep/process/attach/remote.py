@@ -13,7 +13,7 @@ import atexit
 import sys
 from typing import Any
 
-from backstep.process.attachment import _Attachment
+from backstep.process.attach.base import _Attachment
 from backstep.process.listen import in_pass
 from backstep.process.remote import RemoteServer, parse_address
 

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from backstep.process.attach_remote import _RemoteAttachment
+from backstep.process.attach.remote import _RemoteAttachment
 from backstep.process.remote import ENV_TOKEN, RemoteServer
 from backstep.process.served import ServedUI, serve_address, ui_command
 

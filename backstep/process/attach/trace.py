@@ -7,7 +7,7 @@ import atexit
 import sys
 from typing import Any
 
-from backstep.process.attachment import _Attachment
+from backstep.process.attach.base import _Attachment
 
 
 class _TraceAttachment(_Attachment):

@@ -1,7 +1,7 @@
 """The UI child of ``backstep.attach()``: the same app as ``backstep run``, other plumbing.
 
 Started by the user's process as
-``python -m backstep.process.attach_ui --console R1,R2 --options JSON``
+``python -m backstep.process.attach.ui --console R1,R2 --options JSON``
 with BACKSTEP_SOCKET/BACKSTEP_TOKEN_FD set (``transport.Listener.handoff``), on the user's
 terminal. It connects to the script, sends ``start`` with the options ``attach()`` was given, shows the script's output read from the
 console pipes R1 (stdout) and R2 (stderr), and on quit tells the script to detach. Never imports

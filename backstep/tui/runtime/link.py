@@ -1,7 +1,7 @@
 """The app's way to the debuggee, as protocols: a ``Link`` (a socket in real use, a recorder in
 tests) and what a link uses of the app it serves (``LinkedApp``).
 
-Kept apart from the app so that a link (``live_link.py``, ``process/attach_ui.py``,
+Kept apart from the app so that a link (``live_link.py``, ``process/attach/ui.py``,
 ``commands/connect.py``) types the app it serves without importing it.
 """
 
