@@ -6,43 +6,48 @@ runs sends ``cancel``. A mixin of ``BackstepApp``; the debuggee does all the eva
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backstep.tui.messages import Evaluated
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.expression_line import ExpressionLine
 
+if TYPE_CHECKING:  # the mixin's self is the app, as the AppHost protocol describes it
+    from backstep.tui.actions.host import AppHost as _App
+else:
+    _App = object
+
 EDIT_TEMPLATE = "zero_nonfinite()"
 
 
-class ExpressionActions:
+class ExpressionActions(_App):
     """Console keys and answers (mixed into ``BackstepApp``)."""
 
     _evaluating: dict[int, str]
 
     def action_expression(self, text: str = "") -> None:
         """``:`` / ``!``: a line of Python for the paused node."""
-        if not self._paused():  # type: ignore[attr-defined]
+        if not self._paused():
             return
-        self.query_one(ConsolePanel).expression_line.open(text)  # type: ignore[attr-defined]
+        self.query_one(ConsolePanel).expression_line.open(text)
 
     def action_edit(self) -> None:
         """``e``: the input line with an edit of the node's gradient, to change or send."""
         self.action_expression(EDIT_TEMPLATE)
-        if self.snapshot.stop is not None:  # type: ignore[attr-defined]
-            self.notify("enter applies the edit for the rest of this pass (edits: "  # type: ignore[attr-defined]
+        if self.snapshot.stop is not None:
+            self.notify("enter applies the edit for the rest of this pass (edits: "
                         "zero_nonfinite(), clip(max_norm), scale(k), set_grad(i, value))",
                         timeout=4)
 
     def on_expression_line_asked(self, message: ExpressionLine.Asked) -> None:
         # named handlers: Textual finds them through the MRO (an ``@on`` in a mixin it does not)
-        console = self.query_one(ConsolePanel)  # type: ignore[attr-defined]
+        console = self.query_one(ConsolePanel)
         console.asked(message.source)
-        if not self._paused():  # type: ignore[attr-defined]
+        if not self._paused():
             return
-        req = self._next_req  # type: ignore[attr-defined]
-        self._next_req += 1  # type: ignore[attr-defined]
-        sent = self.send(self._addressed(  # type: ignore[attr-defined]
+        req = self._next_req
+        self._next_req += 1
+        sent = self.send(self._addressed(
             {"cmd": "eval", "req": req, "source": message.source}))
         if sent:
             self._evaluating[req] = message.source
@@ -55,16 +60,16 @@ class ExpressionActions:
         if isinstance(req, int):
             self._evaluating.pop(req, None)
         text = event.get("text")
-        self.query_one(ConsolePanel).answer(text if isinstance(text, str) else "")  # type: ignore[attr-defined]
+        self.query_one(ConsolePanel).answer(text if isinstance(text, str) else "")
 
     def cancel_evaluation(self) -> bool:
         """ctrl+c: interrupt a line being evaluated (True), or clear the input line while it
         has the keyboard (True); False when ctrl+c means what it means elsewhere."""
         if self._evaluating:
-            self.send({"cmd": "cancel"})  # type: ignore[attr-defined]
-            self.notify("interrupting the console line", timeout=2)  # type: ignore[attr-defined]
+            self.send({"cmd": "cancel"})
+            self.notify("interrupting the console line", timeout=2)
             return True
-        return self.query_one(ConsolePanel).expression_line.clear_if_focused()  # type: ignore[attr-defined]
+        return self.query_one(ConsolePanel).expression_line.clear_if_focused()
 
     def evaluation_failed(self, req: int | None) -> bool:
         """An ``error`` reply to a console line (the stop resumed meanwhile): said in the
