@@ -102,6 +102,20 @@ def test_held_tensors_past_the_budget_are_reduced_together_and_let_go(
     assert [results[s] for s in slots if s is not None] == host
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_non_finite_counts_are_exact_in_every_dtype_and_piece(
+        dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.randn(9000).to(dtype)
+    values[::3] = math.nan  # 3,000 NaN: past what float16 counts exactly (2,048)
+    values[1::7] = math.inf
+    values[2::11] = -math.inf
+    want = int((~torch.isfinite(values)).sum())
+    assert int(summary_device.count_nonfinite(values)) == want
+    monkeypatch.setattr(summary_device, "COUNT_CHUNK", 1000)  # counted in nine pieces
+    assert int(summary_device.count_nonfinite(values)) == want
+    assert int(summary_device.count_nonfinite(values.view(90, 100).t())) == want
+
+
 def test_overflow_on_arrival_is_said_not_hidden(device_path: None,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summary_device, "HELD_BYTES", 0)
