@@ -180,6 +180,24 @@ def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
     assert fed == events
 
 
+def test_a_pass_begin_goes_out_as_its_listing_text_and_reads_back_whole() -> None:
+    """The engine writes a pass_begin's text from its listing (sources once, defaults left out,
+    as a trace file has it): the live stream sends that text, not ``json.dumps`` of the whole
+    event again, and the reader gets every node back with its source."""
+    from backstep.engine.encoded import Encoded
+    from backstep.trace_form import compact_event
+
+    begin = transformer_pass(40)
+    for k, node in enumerate(begin["nodes"]):
+        node["source"] = {"file": "model.py", "line": 10 + k % 3, "code": "y = f(x)"}
+    event = Encoded(begin)
+    event.text = json.dumps(compact_event(begin), separators=(",", ":")) + "\n"
+    channel = Writes()
+    ChannelSink(channel).emit(event)  # type: ignore[arg-type]
+    assert channel.writes == [event.text.encode()]
+    assert expand(json.loads(channel.writes[0])) == begin
+
+
 def test_a_lost_ui_makes_batches_no_ops() -> None:
     a, b = socket.socketpair()
     b.close()
