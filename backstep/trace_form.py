@@ -7,8 +7,9 @@ pass's nodes share a few forward lines (``source``), each long. A trace file lea
 out and writes each distinct source once, in the pass_begin's ``sources``, a node's ``source``
 then being its index there (``compact_*``, used by the recorder and by the texts it is handed) and
 ``expand`` puts them back as a trace is read, so every reader sees the events that DESIGN.md
-describes, whether the file was written with or without them. The live stream to the UI is not
-compacted: only files are. Stdlib only (engine and trace readers both import it).
+describes, whether the file was written with or without them. The live stream to the UI
+uses the same form (the debuggee's events go through the same recorder), and its reader expands
+them too. Stdlib only (engine and trace readers both import it).
 """
 
 from __future__ import annotations
