@@ -7,8 +7,9 @@ pass's nodes share a few forward lines (``source``), each long. A trace file lea
 out and writes each distinct source once, in the pass_begin's ``sources``, a node's ``source``
 then being its index there (``compact_*``, used by the recorder and by the texts it is handed) and
 ``expand`` puts them back as a trace is read, so every reader sees the events that DESIGN.md
-describes, whether the file was written with or without them. The live stream to the UI is not
-compacted: only files are. Stdlib only (engine and trace readers both import it).
+describes, whether the file was written with or without them. The live stream to the UI
+uses the same form (the debuggee's events go through the same recorder), and its reader expands
+them too. Stdlib only (engine and trace readers both import it).
 """
 
 from __future__ import annotations
@@ -27,20 +28,25 @@ EVENT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _omitted(key: str, value: Any, defaults: dict[str, Any]) -> bool:
-    if key not in defaults:
-        return False
-    default = defaults[key]
-    # 0 == False and 0 == 0.0: the type must match too, so a False never reads back as 0
-    return value is default or (type(value) is type(default) and value == default)
+_ABSENT = object()
 
 
 def _drop(d: Any, defaults: dict[str, Any]) -> Any:
+    # looks up the few default keys rather than testing every key: written per summary, hot
     if not isinstance(d, dict):
         return d
-    if not any(_omitted(k, v, defaults) for k, v in d.items()):
+    drop = None
+    for key, default in defaults.items():
+        value = d.get(key, _ABSENT)
+        if value is not _ABSENT and (value is default or (type(value) is type(default)
+                                                         and value == default)):
+            if drop is None:
+                drop = [key]
+            else:
+                drop.append(key)
+    if drop is None:
         return d
-    return {k: v for k, v in d.items() if not _omitted(k, v, defaults)}
+    return {k: v for k, v in d.items() if k not in drop}
 
 
 def compact_summary(summary: Any) -> Any:

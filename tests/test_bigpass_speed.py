@@ -88,6 +88,45 @@ def test_at_a_stop_the_next_events_are_drawn_at_once(monkeypatch) -> None:
     assert len(posted) == shown + 1
 
 
+def _two_passes(reader: Reader, through: bool) -> list[SnapshotReady]:
+    """Pass 1 stopped at its start, resumed (``through``: f or c; else n), runs to its end and
+    pass 2 begins, all within the running interval, then stops: the snapshots drawn meanwhile."""
+    posted: list[Any] = []
+    reader.post = posted.append
+    begin = transformer_pass(30)
+    nodes = node_events(begin, 30)
+    stop = {"event": "stopped", "pass": 1, "step": 1, "id": nodes[0]["id"],
+            "name": nodes[0]["name"], "reason": "pass_start", "detail": None,
+            "grad_outputs": nodes[0]["grad_outputs"], "saved": []}
+    reader.feed({"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1})
+    reader.feed(begin)
+    reader.feed(stop)
+    before = len(posted)
+    reader.resumed(through=through)
+    for event in nodes:
+        reader.feed(event)
+    reader.feed({"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []})
+    reader.feed(dict(begin, **{"pass": 2}))
+    reader.feed(dict(stop, **{"pass": 2}))
+    return [m for m in posted[before:] if isinstance(m, SnapshotReady)]
+
+
+def test_f_and_c_draw_a_pass_end_and_the_next_start_with_the_stop_that_follows(
+        monkeypatch) -> None:
+    monkeypatch.setattr(reader_module.time, "monotonic", Clock())
+    reader = Reader(lambda message: None)
+    drawn = _two_passes(reader, through=True)
+    assert len(drawn) == 1  # the stop, with pass 1's end and pass 2's start in it
+    snap = drawn[0].snapshot
+    assert snap.stop is not None and snap.stop.pass_ == 2
+    assert snap.pass_ is not None and snap.pass_.number == 2
+    assert [view.number for view in reader.model.ended] == [1]
+    assert reader.model.ended[0].ended
+    # a step (n) that ends a pass still shows its end at once
+    monkeypatch.setattr(reader_module.time, "monotonic", Clock())
+    assert len(_two_passes(Reader(lambda message: None), through=False)) == 3
+
+
 class Writes:
     """A channel that counts its writes and keeps what they carried."""
 
@@ -139,6 +178,24 @@ def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
     reader.feed = fed.append  # type: ignore[method-assign]
     reader.run(Channel(b))
     assert fed == events
+
+
+def test_a_pass_begin_goes_out_as_its_listing_text_and_reads_back_whole() -> None:
+    """The engine writes a pass_begin's text from its listing (sources once, defaults left out,
+    as a trace file has it): the live stream sends that text, not ``json.dumps`` of the whole
+    event again, and the reader gets every node back with its source."""
+    from backstep.engine.encoded import Encoded
+    from backstep.trace_form import compact_event
+
+    begin = transformer_pass(40)
+    for k, node in enumerate(begin["nodes"]):
+        node["source"] = {"file": "model.py", "line": 10 + k % 3, "code": "y = f(x)"}
+    event = Encoded(begin)
+    event.text = json.dumps(compact_event(begin), separators=(",", ":")) + "\n"
+    channel = Writes()
+    ChannelSink(channel).emit(event)  # type: ignore[arg-type]
+    assert channel.writes == [event.text.encode()]
+    assert expand(json.loads(channel.writes[0])) == begin
 
 
 def test_a_lost_ui_makes_batches_no_ops() -> None:

@@ -84,6 +84,38 @@ def test_tensors_reduced_on_arrival_equal_held_ones(device_path: None,
     assert [results[s] for s in slots if s is not None] == host
 
 
+def test_held_tensors_past_the_budget_are_reduced_together_and_let_go(
+        device_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    items = [torch.randn(200) for _ in range(30)] + [torch.randn(30).double() for _ in range(4)]
+    summary_device.FORCE = False
+    host = batch_summaries(items)
+    summary_device.FORCE = True
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 4 << 10)  # five 800-byte tensors fit
+    batch = SummaryBatch()
+    slots = [batch.add(t) for t in items]
+    assert batch._arrivals is not None
+    assert 5 <= len(batch._arrivals.blocks) <= 8, "reduced a group at a time, not one by one"
+    assert sum(t is not None for t in batch._tensors) <= 5, "let go once reduced"
+    assert batch.add(items[0]) == slots[0], "a tensor seen again keeps its slot"
+    results = batch.compute()
+    assert [results[s] for s in slots if s is not None] == host
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_non_finite_counts_are_exact_in_every_dtype_and_piece(
+        dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.randn(9000).to(dtype)
+    values[::3] = math.nan  # 3,000 NaN: past what float16 counts exactly (2,048)
+    values[1::7] = math.inf
+    values[2::11] = -math.inf
+    want = int((~torch.isfinite(values)).sum())
+    assert int(summary_device.count_nonfinite(values)) == want
+    monkeypatch.setattr(summary_device, "COUNT_CHUNK", 1000)  # counted in nine pieces
+    assert int(summary_device.count_nonfinite(values)) == want
+    assert int(summary_device.count_nonfinite(values.view(90, 100).t())) == want
+
+
 def test_overflow_on_arrival_is_said_not_hidden(device_path: None,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summary_device, "HELD_BYTES", 0)
@@ -169,11 +201,44 @@ def test_recorded_traces_are_the_same_on_either_path(monkeypatch: pytest.MonkeyP
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def _same_up_to_reduction_order(got: dict[str, Any], want: dict[str, Any],
+                                t: torch.Tensor) -> bool:
+    """A CUDA summary against the CPU one: every field equal, except that a sum and a norm
+    added up in another order (CUDA's tree reduction) may differ by a few roundings of the
+    dtype, relative to the magnitudes summed."""
+    loose = {"mean", "norm"}
+    if {k: v for k, v in got.items() if k not in loose} != {
+            k: v for k, v in want.items() if k not in loose}:
+        return False
+    eps = torch.finfo(t.dtype).eps
+    finite = t.double().nan_to_num(0.0, 0.0, 0.0).abs()
+    scales = {"mean": float(finite.mean()), "norm": float(finite.norm())}
+    for key in loose:
+        a, b = got.get(key), want.get(key)
+        if isinstance(a, float) and isinstance(b, float) and math.isfinite(a):
+            if abs(a - b) > 8 * eps * scales[key] + 1e-300:
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def test_the_reduction_order_tolerance_is_tight() -> None:
+    t = torch.randn(64, 48)
+    (s,) = batch_summaries([t])
+    assert s is not None and _same_up_to_reduction_order(s, s, t)
+    assert not _same_up_to_reduction_order(dict(s, mean=s["mean"] + 1e-4), s, t)
+    assert not _same_up_to_reduction_order(dict(s, min=0.0), s, t)
+
+
 @cuda
 def test_cuda_summaries_equal_cpu_ones() -> None:
     items = [t for t in tensors() if t.layout == torch.strided and t.is_floating_point()]
-    assert batch_summaries([t.cuda() for t in items]) == [
-        dict(s, device="cuda:0") for s in batch_summaries(items)]
+    got = batch_summaries([t.cuda() for t in items])
+    want = [dict(s, device="cuda:0") for s in batch_summaries(items)]
+    bad = [(t.dtype, list(t.shape), g, w) for t, g, w in zip(items, got, want, strict=True)
+           if not _same_up_to_reduction_order(g, w, t)]
+    assert not bad
 
 
 @cuda

@@ -124,21 +124,31 @@ def launch(
         print(problem, file=sys.stderr)
         return 2
 
+    from backstep.process.head_start import HeadStart
     from backstep.process.launcher import debuggee_command, exit_status
-    from backstep.tui.live_app import BackstepApp
-    from backstep.tui.runtime.hangup import HangUp
-    from backstep.tui.runtime.live_link import LiveLink
 
-    link = LiveLink(debuggee_command(script, script_args, source=source, as_module=as_module))
-    app = BackstepApp(link, breakpoints=list(breakpoints),
-                      stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
-    with HangUp(app) as hang_up:  # the terminal closed or someone ended us: clean up first
-        try:
-            result = app.run()
-        except SystemExit as exc:  # a signal while the app was starting (closed below)
-            return int(exc.code) if isinstance(exc.code, int) else 1
-        finally:
-            link.close()  # idempotent: no orphan even if the UI crashed
+    # the script starts now, while Textual loads (half a second the script used to wait out)
+    start = HeadStart(debuggee_command(script, script_args, source=source, as_module=as_module),
+                      {"cmd": "start", "breakpoints": [dict(bp) for bp in breakpoints],
+                       "stop_at_pass_start": stop_at_pass_start})
+    start.start()
+    try:
+        from backstep.tui.live_app import BackstepApp
+        from backstep.tui.runtime.hangup import HangUp
+        from backstep.tui.runtime.live_link import LiveLink
+
+        link = LiveLink(start.debuggee.argv, head_start=start)
+        app = BackstepApp(link, breakpoints=list(breakpoints),
+                          stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
+        with HangUp(app) as hang_up:  # the terminal closed or someone ended us: clean up first
+            try:
+                result = app.run()
+            except SystemExit as exc:  # a signal while the app was starting (closed below)
+                return int(exc.code) if isinstance(exc.code, int) else 1
+            finally:
+                link.close()  # idempotent: no orphan even if the UI crashed
+    finally:
+        start.close()  # and none if the UI never came up (the same close: a no-op after it)
     if hang_up.code is not None:
         return hang_up.code
     from backstep.tui.runtime.leave_output import leave_output

@@ -24,6 +24,7 @@ import torch
 
 from backstep.engine import transfers
 from backstep.engine.sharded import as_local
+from backstep.engine.summary_device import count_nonfinite
 
 FORCE = False  # check CPU tensors the deferred way (tests)
 EVENT: Any = None  # a factory for events (tests); None: torch.cuda.Event, or ready at once on CPU
@@ -100,10 +101,9 @@ class GradientChecks:
                 if g is None or g.dtype not in CHECKED or g.is_meta:
                     continue
                 try:
-                    if nonfinite:
+                    if nonfinite:  # in the gradient's dtype: sum(dtype=) copies it on CUDA
                         total = g.sum()
-                        values.append((total.abs() if total.is_complex() else total)
-                                      .to(torch.float64))
+                        values.append(total.abs() if total.is_complex() else total)
                     if above is not None:
                         values.append(torch.linalg.vector_norm(
                             g, dtype=None if g.is_complex() else torch.float64)
@@ -113,14 +113,17 @@ class GradientChecks:
                 kinds.append((k, nonfinite, above is not None))
             if not values:
                 return
-            device = torch.stack([v.to(values[0].device) for v in values])
+            # one value (the usual node) is copied as it is; several go into one float64 stack
+            device = (values[0].reshape(1) if len(values) == 1 else torch.stack(
+                [v.to(device=values[0].device, dtype=torch.float64) for v in values]))
             if device.is_cpu:
                 host, event = device, (EVENT() if EVENT is not None else _Ready())
             else:
                 host = torch.empty(device.shape, dtype=device.dtype, pin_memory=True)
                 host.copy_(device, non_blocking=True)
                 event = EVENT() if EVENT is not None else torch.cuda.Event()
-                event.record()
+                # an int index: torch.cuda.current_stream() with none looks the device up slowly
+                event.record(torch.cuda.current_stream(device.device.index))
         self.pending.append(_Check(node, grad_outputs, grad_inputs, kinds, host, event, device))
 
     def poll(self, bp: Any, wait: bool = False) -> Trip | None:
@@ -155,7 +158,7 @@ def _evaluate(bp: Any, check: _Check) -> Trip | None:
             position += 1
             if not math.isfinite(total):
                 g = as_local((check.grad_inputs[k],))[0]
-                bad = int(transfers.read(torch.isfinite(g).logical_not_().sum()))
+                bad = int(transfers.read(count_nonfinite(g)))
                 if bad:
                     return Trip(check, "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values")
         if has_norm:

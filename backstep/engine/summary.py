@@ -281,6 +281,9 @@ class SummaryBatch:
                 n, size = -1, 0
             device = summary_device.FORCE or not t.is_cpu
             if device and _batchable(t):
+                if (n <= LARGE and size <= summary_device.HELD_BYTES
+                        and self._device_held + size > summary_device.HELD_BYTES):
+                    self._settle_device()  # the held ones reduced together, then let go
                 if n > LARGE or self._device_held + size > summary_device.HELD_BYTES:
                     if self._arrivals is None:
                         self._arrivals = summary_device.Arrivals()
@@ -305,6 +308,36 @@ class SummaryBatch:
             self._slots[key] = slot
             self._tensors.append(t)
         return slot
+
+    def _settle_device(self) -> None:
+        """Reduce the accelerator tensors held so far, a few launches per dtype, and let them go:
+        a batch keeps at most ``HELD_BYTES`` of gradients alive, and nothing is read before the
+        flush. Those that cannot be reduced now stay held for the flush."""
+        tensors = self._tensors
+        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for i, t in enumerate(tensors):
+            if t is None:
+                continue
+            try:
+                if _batchable(t) and (summary_device.FORCE or not t.is_cpu):
+                    groups.setdefault((t.dtype, t.device), []).append(i)
+            except (RuntimeError, TypeError, NotImplementedError):
+                pass
+        if self._arrivals is None:
+            self._arrivals = summary_device.Arrivals()
+        settled: set[int] = set()
+        for slots in groups.values():
+            group = [tensors[i] for i in slots]
+            try:
+                self._arrivals.settle(slots, group, [_base(t) for t in group])
+            except Exception:  # noqa: BLE001 - held instead, summarised at the flush
+                continue
+            for i in slots:
+                tensors[i] = None
+                settled.add(i)
+        # a tensor let go may be freed and its id() reused: the arrivals' weak refs know it
+        self._slots = {k: v for k, v in self._slots.items() if v not in settled}
+        self._device_held = 0
 
     def settle(self) -> None:
         """Reduce the host tensors held so far and let them go: ``nbytes`` drops to 0, and

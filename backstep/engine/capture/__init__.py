@@ -150,8 +150,10 @@ class Capture(Hooks, Output, TensorValues):
             except Exception as exc:
                 self._post_mortem(number, t_outputs, args, kwargs, exc)
                 raise
-        # the walk and the hooks allocate thousands of objects too: freeze before them
-        frozen = self.record and _freeze_gc()
+        # the walk and the hooks allocate thousands of objects too: freeze before them. A live
+        # pass may stop at its start and then record: frozen too (unfrozen below if it won't),
+        # else registering two hooks per node ran the collector over the whole heap again and again
+        frozen = (self.record or live) and _freeze_gc()
         try:
             p = self._begin(number, t_outputs, args, kwargs, live)
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read

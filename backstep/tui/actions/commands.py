@@ -56,7 +56,8 @@ class Commands(_App):
         if not self._paused():
             return
         # before the send: the next stop may be read before send returns
-        self.reader.resumed()  # progress is drawn seldom until the next stop
+        # progress is drawn seldom until the next stop
+        self.reader.resumed(through=command != "step")
         if self.send(self._addressed({"cmd": command})):
             self.review = None
             self.waiting = True
