@@ -69,6 +69,9 @@ if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
     _dynamo_compiling = _compiling
     _compiler = type("_NotCompiling", (), {"_is_compiling_flag": False})
 
+# callables that modify no argument and detach nothing when called without keyword arguments
+# (the mode's fast path); holds functions, never tensors
+_PLAIN: set[Any] = set()
 _RAW_PREFIX = "_raw_saved_"
 _saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
 
@@ -116,15 +119,39 @@ class TaggingMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if kwargs is None:
-            kwargs = {}
         if not self.enabled or _dynamo_compiling() or _compiler._is_compiling_flag:
             # torch.compile traces the call, never our code
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if not kwargs:
+            try:
+                plain = func in _PLAIN
+            except TypeError:  # an unhashable callable
+                plain = False
+            if plain:  # most calls: no in-place change, no detach; tag what they create
+                start = _get_sequence_nr()
+                result = func(*args)
+                end = _get_sequence_nr()
+                if end != start:
+                    try:
+                        self.after_call(result, start, end, None, None, sys._getframe(1))
+                    except Exception:
+                        pass
+                return result
+        # may modify a tensor argument or detach one (or is seen the first time): note the
+        # versions it bumps and the cut it makes (inline: no frame of ours between the user's
+        # line and torch's, for warnings' stacklevels and the recursion limit)
+        if kwargs is None:
+            kwargs = {}
+        caller = sys._getframe(1)
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
-        if func in provenance_cuts.DETACH:
-            self.note_detach(args, sys._getframe(1))
+        detach = False
+        try:
+            detach = func in provenance_cuts.DETACH
+        except TypeError:
+            pass
+        if detach:
+            self.note_detach(args, caller)
         try:
             try:
                 op = _known_names[func] if not kwargs else mutating_name(func, kwargs)
@@ -132,6 +159,8 @@ class TaggingMode(TorchFunctionMode):
                 op = mutating_name(func, kwargs)
             if op is not None:
                 before = tensor_versions(args, kwargs)
+            elif not kwargs and not detach:
+                _PLAIN.add(func)  # the next call takes the fast path
         except Exception:
             op = None
         start = _get_sequence_nr()
@@ -139,7 +168,7 @@ class TaggingMode(TorchFunctionMode):
         end = _get_sequence_nr()
         if end != start or op is not None:
             try:
-                self.after_call(result, start, end, op, before, sys._getframe(1))
+                self.after_call(result, start, end, op, before, caller)
             except Exception:
                 pass
         return result
