@@ -72,6 +72,7 @@ if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
 # callables that modify no argument and detach nothing when called without keyword arguments
 # (the mode's fast path); holds functions, never tensors
 _PLAIN: set[Any] = set()
+_NONE_MUTATED: list[Any] = []  # after_call's answer for calls that modify nothing: never appended to
 _RAW_PREFIX = "_raw_saved_"
 _saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
 
@@ -196,8 +197,9 @@ class TaggingMode(TorchFunctionMode):
     ) -> None:
         """Tag the call's output nodes; note the version bumps of its tensor arguments."""
         source = find_source(caller, self.tracker.entries())
-        mutated: list[torch.Tensor] = []
+        mutated: list[torch.Tensor] = _NONE_MUTATED
         if op is not None and before:
+            mutated = []
             for tensor, version in before:
                 if tensor._version != version and not any(t is tensor for t in mutated):
                     record(tensor, op, source)
@@ -234,7 +236,9 @@ class TaggingMode(TorchFunctionMode):
             if not isinstance(value, torch.Tensor):
                 continue
             node = value.grad_fn
-            if node is None or not start <= node._sequence_nr() < end or node in tagged:
+            if node is None or not start <= node._sequence_nr() < end:
+                continue
+            if tagged and node in tagged:
                 continue
             tagged.append(node)
             metadata = node.metadata
