@@ -72,8 +72,10 @@ if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
 # callables that modify no argument and detach nothing when called without keyword arguments
 # (the mode's fast path); holds functions, never tensors
 _PLAIN: set[Any] = set()
+_CURRENT: Any = object()  # tag(): read the running module here
 _NONE_MUTATED: list[Any] = []  # after_call's answer for calls that modify nothing: never appended to
 _RAW_PREFIX = "_raw_saved_"
+_SavedTensor: Any = getattr(torch._C._autograd, "SavedTensor", None)
 _saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
 
 
@@ -91,7 +93,11 @@ def saved_versions(node: Any) -> dict[str, int]:
     versions: dict[str, int] = {}
     for attribute, name in names:
         raw = getattr(node, attribute)
-        if isinstance(raw, (list, tuple)):
+        if type(raw) is _SavedTensor:
+            data = raw.data
+            if data is not None:
+                versions[name] = data._version
+        elif isinstance(raw, (list, tuple)):
             for index, item in enumerate(raw):
                 data = item.data
                 if data is not None:
@@ -110,6 +116,7 @@ class TaggingMode(TorchFunctionMode):
         super().__init__()
         self.enabled = True
         self.tracker = tracker
+        self._stack = tracker._stack  # its per-thread running-module entries (read per op)
         # a torch without SavedTensor.data has no version to read without unpacking
         self.record_saved_versions = record_saved_versions and saved_tensors.SAVED_DATA
 
@@ -196,7 +203,8 @@ class TaggingMode(TorchFunctionMode):
         caller: FrameType | None,
     ) -> None:
         """Tag the call's output nodes; note the version bumps of its tensor arguments."""
-        source = find_source(caller, self.tracker.entries())
+        entries = self._stack.entries
+        source = find_source(caller, entries)
         mutated: list[torch.Tensor] = _NONE_MUTATED
         if op is not None and before:
             mutated = []
@@ -205,7 +213,7 @@ class TaggingMode(TorchFunctionMode):
                     record(tensor, op, source)
                     mutated.append(tensor)
         if end != start:
-            self.tag(result, mutated, start, end, source)
+            self.tag(result, mutated, start, end, source, entries[-1] if entries else None)
 
     def tag(
         self,
@@ -214,10 +222,13 @@ class TaggingMode(TorchFunctionMode):
         start: int,
         end: int,
         source: dict[str, Any] | None,
+        entry: Any = _CURRENT,
     ) -> None:
         """Write the tags on the nodes (numbered in [start, end)) of the outputs and of the
-        tensors modified in place; ``annotate`` passes them on to the call's inner nodes."""
-        entry = self.tracker.current()
+        tensors modified in place; ``annotate`` passes them on to the call's inner nodes.
+        ``entry``: the innermost running module's (``tracker.current()``, read by the caller)."""
+        if entry is _CURRENT:
+            entry = self.tracker.current()
         module = entry.path if entry is not None else None
         region = entry.region if entry is not None else None  # a user module in a region
         if source is None and module is None:
