@@ -226,3 +226,42 @@ def test_gc_thresholds_are_raised_only_while_a_pass_records() -> None:
         capture.uninstall()
     assert seen and seen[0][0] == PASS_GC_THRESHOLD and seen[0][1:] == before[1:]
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x**2
+
+
+def test_saved_records_follow_each_steps_versions_without_a_record_per_version() -> None:
+    """A training loop bumps its parameters every step, and provenance records the version each
+    saved tensor had: the entries and text still equal the careful read's, and the cache keeps
+    one record per node shape, not one per step (a custom Function's saved tensors too)."""
+    from backstep.engine import saved
+    from backstep.engine.provenance import Provenance
+
+    saved._RECORDS.clear()
+    x = torch.linspace(-1.0, 1.0, 7)
+    w = torch.full((), 0.5, requires_grad=True)
+    texts = set()
+    with Provenance():
+        for _ in range(5):
+            loss = (_Cube.apply(w * x) * w).sum()
+            for node in _nodes(loss.grad_fn):
+                entries, text = saved_record(node)
+                assert entries == saved_status(node)
+                assert text == _dumps(compact_saved(entries))  # every node has its text
+                texts.add(text)
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+                w.grad = None
+    assert any('"version":{"saved":4,"now":4}' in t for t in texts)  # the last step's
+    assert len(saved._RECORDS) <= 6  # the graph's node shapes, whatever the steps

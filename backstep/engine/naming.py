@@ -59,14 +59,34 @@ def user_frame(start: Any = None) -> Any:
 
 
 def frame_source(frame: Any) -> dict[str, Any] | None:
-    """{"file", "line", "code"} of the line a frame is executing."""
+    """{"file", "line", "code"} of the line a frame is executing (a new dict each time).
+
+    Every pass asks for its caller's: a line of a file named by its absolute path is looked up
+    once, and again only when linecache has read the file anew (``checkcache`` after an edit).
+    """
     if frame is None:
         return None
     import linecache
 
-    path = os.path.abspath(frame.f_code.co_filename)
+    name = frame.f_code.co_filename
     line = frame.f_lineno or 0
-    return {"file": path, "line": line, "code": linecache.getline(path, line).strip()}
+    hit = _LINES.get((name, line))
+    if hit is not None:
+        entry = linecache.cache.get(hit[0])
+        if entry is not None and len(entry) == 4 and entry[2] is hit[2]:
+            return {"file": hit[0], "line": line, "code": hit[1]}
+    path = os.path.abspath(name)
+    code = linecache.getline(path, line).strip()
+    entry = linecache.cache.get(path)
+    if os.path.isabs(name) and entry is not None and len(entry) == 4:
+        if len(_LINES) >= 4096:
+            _LINES.clear()
+        _LINES[(name, line)] = (path, code, entry[2])
+    return {"file": path, "line": line, "code": code}
+
+
+# (file name, line) -> (absolute path, the line's text, the lines linecache read it from)
+_LINES: dict[tuple[str, int], tuple[str, str, Any]] = {}
 
 
 def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:

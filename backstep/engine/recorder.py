@@ -98,8 +98,12 @@ class JsonlRecorder:
             return
         with self._lock:
             try:
-                data = (event.text.encode() if type(event) is Encoded and event.text is not None
-                        else self._encode(event))
+                if type(event) is Encoded and event.text is not None:
+                    data = event.text.encode()
+                    if event.get("event") == "pass_end":
+                        self._texts.clear()  # as ``_encode`` does: a pass's summaries go
+                else:
+                    data = self._encode(event)
             except (TypeError, ValueError):
                 data = encode(event)  # raises as it always did for what JSON cannot carry
             self._write(data)

@@ -122,7 +122,7 @@ def _modified_by(data: Any, saved: int, now: int) -> dict[str, Any] | None:
     return history[0] if history else None
 
 
-_RECORDS: dict[tuple, tuple[list[dict[str, Any]], str]] = {}
+_RECORDS: dict[tuple, _Record] = {}
 _RECORDS_MAX = 4096
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
@@ -133,7 +133,9 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
     Nodes of one kind in a model's repeated layers save alike: the same names, shapes and
     numbers. So the common case (every saved tensor alive, unmodified, saved without hooks) is
     keyed by what decides the entries and looked up: equal keys give the same list (shared,
-    never mutated) and text. Anything else is read as ``saved_status`` reads it (text None).
+    never mutated) and text. The version each tensor was saved at (provenance's) is no part of
+    the key: an optimizer bumps a parameter's every step, and only those numbers change in the
+    entries and their text. Anything else is read as ``saved_status`` reads it (text None).
     """
     kind = type(node)
     plan = _PLANS.get(kind)
@@ -146,6 +148,7 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
         return [], "[]"
     try:
         key: list[Any] = [kind]
+        versions: list[int] = []  # recorded versions, in entry order
         if tensors:
             recorded = node.metadata.get(VERSIONS_KEY)
             for raw_attr, attr, name in tensors:
@@ -153,6 +156,20 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
                 if not SAVED_DATA:  # each one "unknown": the node's kind decides the entries
                     if type(raw) is not _SavedTensor:
                         return saved_status(node), None
+                    continue
+                if type(raw) is tuple:  # a custom Function's saved_tensors
+                    key.append(_TUPLE)
+                    for index, item in enumerate(raw):
+                        if item is None:
+                            key.append(None)
+                            continue
+                        data = item.data if type(item) is _SavedTensor else None
+                        if data is None or item.unpack_hook is not None:
+                            return saved_status(node), None
+                        saved = recorded.get(f"{name}[{index}]") if recorded else None
+                        if not _keyed(key, versions, data, saved):
+                            return saved_status(node), None
+                    key.append(_TUPLE)
                     continue
                 if type(raw) is not _SavedTensor or raw.unpack_hook is not None:
                     return saved_status(node), None
@@ -163,9 +180,8 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
                     key.append(None)  # "none": PyTorch never saved it
                     continue
                 saved = recorded.get(name) if recorded else None
-                if saved is not None and saved != data._version:
+                if not _keyed(key, versions, data, saved):
                     return saved_status(node), None  # modified: its culprit is looked up
-                key += (data.shape, data.dtype, saved)  # the bytes follow from these two
         for attr in scalars:
             try:
                 value = getattr(node, attr)
@@ -185,16 +201,75 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
                 return saved_status(node), None  # tensors, lists, anything else
         whole = tuple(key)
         hit = _RECORDS.get(whole)
-        if hit is None:
+        if hit is None or (versions != hit.versions and hit.parts is None):
             out = saved_status(node)
             if len(_RECORDS) >= _RECORDS_MAX:
                 _RECORDS.clear()
-            hit = _RECORDS[whole] = (out, _encode(compact_saved(out)))  # as files write it
-        return hit
+            hit = _RECORDS[whole] = _Record(out, _encode(compact_saved(out)), versions)
+        return hit.at(versions)
     except Exception:  # noqa: BLE001 - read it the careful way
         return saved_status(node), None
 
 
+def _keyed(key: list[Any], versions: list[int], data: torch.Tensor, saved: int | None) -> bool:
+    """Add an alive saved tensor to ``key`` (its recorded version to ``versions``); False when
+    it was modified since it was saved (read the careful way: its culprit is looked up)."""
+    if saved is not None:
+        if saved != data._version:
+            return False
+        versions.append(saved)
+    key += (data.shape, data.dtype, saved is not None)  # the bytes follow from these two
+    return True
+
+
+class _Record:
+    """A cached ``saved`` list and its text, and where its recorded versions go: the entries
+    that carry ``"version": {"saved": v, "now": v}`` (every saved tensor is unmodified here)
+    and the text around those numbers. ``parts`` is None when the text cannot be split so
+    (checked against the encoder's own text); such a record only serves its own versions."""
+
+    __slots__ = ("entries", "text", "versions", "positions", "parts")
+
+    def __init__(self, entries: list[dict[str, Any]], text: str, versions: list[int]) -> None:
+        self.entries, self.text, self.versions = entries, text, versions
+        self.positions = [k for k, e in enumerate(entries) if e.get("version") is not None]
+        self.parts: list[str] | None = None
+        if not versions:
+            return
+        parts, chunk = [], []
+        for k, entry in enumerate(entries):
+            if k in self.positions:
+                bare = {key: value for key, value in entry.items() if key != "version"}
+                head = _encode(compact_saved([bare]))[1:-2]  # the entry without its last "}"
+                parts.append("".join(chunk) + ("," if k else "") + head + ',"version":{"saved":')
+                chunk = ['}}']
+            else:
+                chunk.append(("," if k else "") + _encode(compact_saved([entry]))[1:-1])
+        parts.append("".join(chunk))
+        if (len(self.positions) == len(versions) and self._join(parts, versions) == text
+                and all(entries[k]["version"] == {"saved": v, "now": v}
+                        for k, v in zip(self.positions, versions, strict=True))):
+            self.parts = parts
+
+    @staticmethod
+    def _join(parts: list[str], versions: list[int]) -> str:
+        pieces = ["[", parts[0]]
+        for version, part in zip(versions, parts[1:], strict=True):
+            pieces += (str(version), ',"now":', str(version), part)
+        pieces.append("]")
+        return "".join(pieces)
+
+    def at(self, versions: list[int]) -> tuple[list[dict[str, Any]], str]:
+        """The list and text with these recorded versions (the cached ones when equal)."""
+        if versions == self.versions or self.parts is None:
+            return self.entries, self.text
+        entries = list(self.entries)
+        for k, version in zip(self.positions, versions, strict=True):
+            entries[k] = {**entries[k], "version": {"saved": version, "now": version}}
+        return entries, self._join(self.parts, versions)
+
+
+_TUPLE = object()  # brackets a custom Function's saved tensors in a key
 _PLANS: dict[type, tuple[tuple[tuple[str, str, str], ...], tuple[str, ...]]] = {}
 _INTS = frozenset({int})
 _SKIPPED = object()

@@ -217,15 +217,15 @@ class Output:
                 }
             )
         self.drain()
-        self._emit(
-            {
-                "event": "pass_end",
-                "pass": p.number,
-                "status": "ok" if exc is None else "error",
-                "error": None if exc is None else _message(exc),
-                "skipped": [graph.ids[i] for i, step in enumerate(p.ran) if not step],
-            }
-        )
+        skipped = [graph.ids[i] for i, step in enumerate(p.ran) if not step]
+        end = Encoded({"event": "pass_end", "pass": p.number,
+                       "status": "ok" if exc is None else "error",
+                       "error": None if exc is None else _message(exc), "skipped": skipped})
+        # the common end's text as a file writes it (compact JSON), without encoding the dict
+        end.text = (f'{{"event":"pass_end","pass":{p.number},"status":"ok","error":null,'
+                    f'"skipped":[{",".join(map(str, skipped))}]}}\n'
+                    if exc is None and type(p.number) is int else None)
+        self._emit(end)
         if self.sink is not None:
             self.sink.flush()
 

@@ -112,7 +112,7 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
     that module runs, so once one op inside it walked past that frame, the others stop there.
     """
     files = _code_files
-    pending: list[Any] = []  # module entries whose cache this walk fills
+    pending: list[Any] | None = None  # module entries whose cache this walk fills
     position = len(entries)
     result: dict[str, Any] | None = None
     while frame is not None:
@@ -120,7 +120,7 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
         hit = files.get(id(code))
         path = hit[1] if hit is not None and hit[0] is code else _classify(code)
         if path is not None:
-            result = source_dict(frame)
+            result = _sources.get((path, frame.f_lineno or 0)) or source_dict(frame)
             break
         if code is _CALL_IMPL or code is _CALL_WRAPPER:
             entry = None
@@ -133,10 +133,13 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
                 if entry.source is not _UNSET:
                     result = entry.source
                     break
+                if pending is None:
+                    pending = []
                 pending.append(entry)
         frame = frame.f_back
-    for entry in pending:
-        entry.source = result
+    if pending:
+        for entry in pending:
+            entry.source = result
     return result
 
 

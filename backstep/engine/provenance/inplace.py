@@ -25,6 +25,7 @@ _INPLACE_DUNDERS = frozenset(
 )  # fmt: skip
 
 _Entry = tuple["weakref.ref[torch.Tensor]", deque]
+_NO_SOURCE: dict[str, Any] = {}  # never written to
 _history: dict[int, _Entry] = {}
 # storage address -> key in _history: a saved output unpacks (``_raw_saved_result.data``) to a
 # new tensor object over the same storage, so it is found by its storage.
@@ -92,12 +93,11 @@ def _drop(key: int, ref: weakref.ref, address: int) -> None:
 
 def record(tensor: torch.Tensor, op: str, source: dict[str, Any] | None) -> None:
     """Note that ``op`` at ``source`` bumped ``tensor``'s version."""
-    target = _key_tensor(tensor)
+    base = tensor._base
+    target = base if base is not None else tensor
     key = id(target)
-    item: dict[str, Any] = {"op": op, "file": None, "line": None, "code": None}
-    if source is not None:
-        item.update(source)
-    item["version"] = tensor._version
+    item: dict[str, Any] = {"op": op, "file": None, "line": None, "code": None,
+                            **(source or _NO_SOURCE), "version": tensor._version}
     entry = _history.get(key)
     if entry is None or entry[0]() is not target:
         with _lock:

@@ -69,7 +69,13 @@ if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
     _dynamo_compiling = _compiling
     _compiler = type("_NotCompiling", (), {"_is_compiling_flag": False})
 
+# callables that modify no argument and detach nothing when called without keyword arguments
+# (the mode's fast path); holds functions, never tensors
+_PLAIN: set[Any] = set()
+_CURRENT: Any = object()  # tag(): read the running module here
+_NONE_MUTATED: list[Any] = []  # after_call's answer for calls that modify nothing: never appended to
 _RAW_PREFIX = "_raw_saved_"
+_SavedTensor: Any = getattr(torch._C._autograd, "SavedTensor", None)
 _saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
 
 
@@ -87,7 +93,11 @@ def saved_versions(node: Any) -> dict[str, int]:
     versions: dict[str, int] = {}
     for attribute, name in names:
         raw = getattr(node, attribute)
-        if isinstance(raw, (list, tuple)):
+        if type(raw) is _SavedTensor:
+            data = raw.data
+            if data is not None:
+                versions[name] = data._version
+        elif isinstance(raw, (list, tuple)):
             for index, item in enumerate(raw):
                 data = item.data
                 if data is not None:
@@ -106,6 +116,7 @@ class TaggingMode(TorchFunctionMode):
         super().__init__()
         self.enabled = True
         self.tracker = tracker
+        self._stack = tracker._stack  # its per-thread running-module entries (read per op)
         # a torch without SavedTensor.data has no version to read without unpacking
         self.record_saved_versions = record_saved_versions and saved_tensors.SAVED_DATA
 
@@ -116,15 +127,39 @@ class TaggingMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if kwargs is None:
-            kwargs = {}
         if not self.enabled or _dynamo_compiling() or _compiler._is_compiling_flag:
             # torch.compile traces the call, never our code
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if not kwargs:
+            try:
+                plain = func in _PLAIN
+            except TypeError:  # an unhashable callable
+                plain = False
+            if plain:  # most calls: no in-place change, no detach; tag what they create
+                start = _get_sequence_nr()
+                result = func(*args)
+                end = _get_sequence_nr()
+                if end != start:
+                    try:
+                        self.after_call(result, start, end, None, None, sys._getframe(1))
+                    except Exception:
+                        pass
+                return result
+        # may modify a tensor argument or detach one (or is seen the first time): note the
+        # versions it bumps and the cut it makes (inline: no frame of ours between the user's
+        # line and torch's, for warnings' stacklevels and the recursion limit)
+        if kwargs is None:
+            kwargs = {}
+        caller = sys._getframe(1)
         op: str | None = None
         before: list[tuple[torch.Tensor, int]] | None = None
-        if func in provenance_cuts.DETACH:
-            self.note_detach(args, sys._getframe(1))
+        detach = False
+        try:
+            detach = func in provenance_cuts.DETACH
+        except TypeError:
+            pass
+        if detach:
+            self.note_detach(args, caller)
         try:
             try:
                 op = _known_names[func] if not kwargs else mutating_name(func, kwargs)
@@ -132,6 +167,8 @@ class TaggingMode(TorchFunctionMode):
                 op = mutating_name(func, kwargs)
             if op is not None:
                 before = tensor_versions(args, kwargs)
+            elif not kwargs and not detach:
+                _PLAIN.add(func)  # the next call takes the fast path
         except Exception:
             op = None
         start = _get_sequence_nr()
@@ -139,7 +176,7 @@ class TaggingMode(TorchFunctionMode):
         end = _get_sequence_nr()
         if end != start or op is not None:
             try:
-                self.after_call(result, start, end, op, before, sys._getframe(1))
+                self.after_call(result, start, end, op, before, caller)
             except Exception:
                 pass
         return result
@@ -166,15 +203,17 @@ class TaggingMode(TorchFunctionMode):
         caller: FrameType | None,
     ) -> None:
         """Tag the call's output nodes; note the version bumps of its tensor arguments."""
-        source = find_source(caller, self.tracker.entries())
-        mutated: list[torch.Tensor] = []
+        entries = self._stack.entries
+        source = find_source(caller, entries)
+        mutated: list[torch.Tensor] = _NONE_MUTATED
         if op is not None and before:
+            mutated = []
             for tensor, version in before:
                 if tensor._version != version and not any(t is tensor for t in mutated):
                     record(tensor, op, source)
                     mutated.append(tensor)
         if end != start:
-            self.tag(result, mutated, start, end, source)
+            self.tag(result, mutated, start, end, source, entries[-1] if entries else None)
 
     def tag(
         self,
@@ -183,10 +222,13 @@ class TaggingMode(TorchFunctionMode):
         start: int,
         end: int,
         source: dict[str, Any] | None,
+        entry: Any = _CURRENT,
     ) -> None:
         """Write the tags on the nodes (numbered in [start, end)) of the outputs and of the
-        tensors modified in place; ``annotate`` passes them on to the call's inner nodes."""
-        entry = self.tracker.current()
+        tensors modified in place; ``annotate`` passes them on to the call's inner nodes.
+        ``entry``: the innermost running module's (``tracker.current()``, read by the caller)."""
+        if entry is _CURRENT:
+            entry = self.tracker.current()
         module = entry.path if entry is not None else None
         region = entry.region if entry is not None else None  # a user module in a region
         if source is None and module is None:
@@ -205,7 +247,9 @@ class TaggingMode(TorchFunctionMode):
             if not isinstance(value, torch.Tensor):
                 continue
             node = value.grad_fn
-            if node is None or not start <= node._sequence_nr() < end or node in tagged:
+            if node is None or not start <= node._sequence_nr() < end:
+                continue
+            if tagged and node in tagged:
                 continue
             tagged.append(node)
             metadata = node.metadata
