@@ -34,6 +34,7 @@ from backstep.engine.provenance.frames import find_source
 from backstep.engine.provenance.inplace import _names as _known_names
 from backstep.engine.provenance.inplace import mutating_name, record, tensor_versions
 from backstep.engine.provenance.modules import ModuleTracker
+from backstep.engine.provenance.saved_versions import saved_versions
 from backstep.engine.provenance.scopes import (
     AROUND_KEY,
     MODULE_KEY,
@@ -74,39 +75,6 @@ if _dynamo_compiling is None or not hasattr(_compiler, "_is_compiling_flag"):
 _PLAIN: set[Any] = set()
 _CURRENT: Any = object()  # tag(): read the running module here
 _NONE_MUTATED: list[Any] = []  # after_call's answer for calls that modify nothing: never appended to
-_RAW_PREFIX = "_raw_saved_"
-_SavedTensor: Any = getattr(torch._C._autograd, "SavedTensor", None)
-_saved_names: dict[type, tuple[tuple[str, str], ...]] = {}  # node type -> ((attribute, name), ...)
-
-
-def saved_versions(node: Any) -> dict[str, int]:
-    """{saved name: version now} for the node's saved tensors, read without unpacking them.
-
-    List-valued saved tensors (``CatBackward0.tensors``) appear as ``tensors[0]``, ``tensors[1]``.
-    """
-    names = _saved_names.get(type(node))
-    if names is None:
-        names = tuple(
-            (a, a[len(_RAW_PREFIX) :]) for a in dir(node) if a.startswith(_RAW_PREFIX)
-        )
-        _saved_names[type(node)] = names
-    versions: dict[str, int] = {}
-    for attribute, name in names:
-        raw = getattr(node, attribute)
-        if type(raw) is _SavedTensor:
-            data = raw.data
-            if data is not None:
-                versions[name] = data._version
-        elif isinstance(raw, (list, tuple)):
-            for index, item in enumerate(raw):
-                data = item.data
-                if data is not None:
-                    versions[f"{name}[{index}]"] = data._version
-        else:
-            data = raw.data
-            if data is not None:
-                versions[name] = data._version
-    return versions
 
 
 class TaggingMode(TorchFunctionMode):
