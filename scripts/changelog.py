@@ -2,13 +2,16 @@
 
 Each branch merged into main (first-parent history) brings the commits of one issue: the issue
 is the ``#N`` in the merge's message, or the number in a ``wN...`` branch name. Commits made on
-main itself are listed by day. Run from the repository root: ``python scripts/changelog.py``.
+main itself are listed by day. Run from the repository root: ``python scripts/changelog.py
+[REF]`` (default ``main``: a branch's own history would list main's commits under its merges
+of main).
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -43,14 +46,14 @@ def short(subject: str) -> str:
     return subject if len(subject) <= WIDTH else subject[: WIDTH - 1].rstrip() + "…"
 
 
-def main() -> None:
+def main(ref: str = "main") -> None:
     by_issue: dict[int, list[str]] = defaultdict(list)
     merges: dict[int, list[str]] = defaultdict(list)
     by_day: dict[str, list[str]] = defaultdict(list)
     other: list[str] = []
     seen: set[str] = set()
     for line in git("log", "--first-parent", "--reverse", "--format=%H %P%x09%ad%x09%s",
-                    "--date=short").splitlines():
+                    "--date=short", ref).splitlines():
         shas, day, subject = line.split("\t", 2)
         sha, *parents = shas.split()
         if len(parents) < 2:
@@ -89,4 +92,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:2])
