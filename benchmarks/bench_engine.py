@@ -47,11 +47,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from workloads import gpt2, gpt_realistic, transformer_worst_case  # noqa: E402
 
-from backstep.engine import device_checks, summary_device, transfers  # noqa: E402
+from backstep.engine import device_checks, transfers
 from backstep.engine.capture import Capture  # noqa: E402
 from backstep.engine.controller import Controller  # noqa: E402
 from backstep.engine.diagnostics import Diagnostician  # noqa: E402
 from backstep.engine.recorder import JsonlRecorder  # noqa: E402
+from backstep.engine.summary import device as summary_device  # noqa: E402
 
 WORKLOADS: dict[str, Callable[..., tuple]] = {
     "worst": transformer_worst_case, "realistic": gpt_realistic, "small": transformer_worst_case,

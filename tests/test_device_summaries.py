@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from backstep.engine import summary, summary_device, transfers
+from backstep.engine import rounding, transfers
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
-from backstep.engine.summary import SummaryBatch
+from backstep.engine.summary import SummaryBatch, single
+from backstep.engine.summary import batch as summary_batch
+from backstep.engine.summary import device as summary_device
 from tests.test_engine_fidelity import captured
 
 
@@ -64,7 +66,7 @@ def test_device_path_summaries_equal_the_host_paths(device_path: None) -> None:
     host = batch_summaries(items)
     summary_device.FORCE = True
     assert batch_summaries(items) == host
-    assert [summary.summarize(t) for t in items] == host
+    assert [single.summarize(t) for t in items] == host
 
 
 def test_tensors_reduced_on_arrival_equal_held_ones(device_path: None,
@@ -78,7 +80,7 @@ def test_tensors_reduced_on_arrival_equal_held_ones(device_path: None,
     batch = SummaryBatch()
     slots = [batch.add(t) for t in items]
     assert batch._arrivals is not None and len(batch._arrivals.blocks) >= 20
-    others = sum(t.element_size() * t.numel() for t in items if not summary._batchable(t))
+    others = sum(t.element_size() * t.numel() for t in items if not summary_batch._batchable(t))
     assert batch.nbytes == others, "device tensors never push a batch to flush early"
     results = batch.compute()
     assert [results[s] for s in slots if s is not None] == host
@@ -139,13 +141,13 @@ def test_a_tensor_changed_in_place_after_arriving_is_reduced_again(
 
 def test_large_tensors_are_reduced_on_the_device_not_chunk_by_chunk(
         device_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(summary, "LARGE", 1000)
+    monkeypatch.setattr(summary_batch, "LARGE", 1000)
     big = torch.randn(5000)
     before = transfers.count()
     (out,) = batch_summaries([big])
     assert transfers.count() - before == 1
     assert out is not None and out["nonfinite"] == 0
-    assert out["max"] == summary._stat(float(big.max()), big.dtype)
+    assert out["max"] == rounding._stat(float(big.max()), big.dtype)
 
 
 def chain(n: int) -> torch.Tensor:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from backstep.engine import summary_host
 from backstep.engine.rounding import _round_digits, _stat
 from backstep.engine.summary import SummaryBatch
+from backstep.engine.summary import host as summary_host
 
 SPECIALS = [0.0, -0.0, 1e-45, 1e-40, 1e-30, 1.17e-38, 2.5, -7.25, 1 / 3, 1e20, 3e38, -3.4e38,
             65504.0, 6e-8, math.inf, -math.inf, math.nan]

@@ -24,7 +24,7 @@ import torch
 
 from backstep.engine import transfers
 from backstep.engine.sharded import as_local
-from backstep.engine.summary_device import count_nonfinite
+from backstep.engine.summary.device import count_nonfinite
 
 FORCE = False  # check CPU tensors the deferred way (tests)
 EVENT: Any = None  # a factory for events (tests); None: torch.cuda.Event, or ready at once on CPU

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine.summary import _dtype_name
+from backstep.engine.summary.format import _dtype_name
 from backstep.engine.torch_api import saved_tensor_data
 from backstep.trace_form import compact_saved
 

@@ -19,7 +19,7 @@ import torch
 from backstep.engine import transfers
 from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
-from backstep.engine.summary import SMALL, _base, _device_name, _dtype_name, _values
+from backstep.engine.summary.format import SMALL, _base, _device_name, _dtype_name, _values
 
 _NORMS_AT_ONCE = 16
 _MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",

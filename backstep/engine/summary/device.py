@@ -80,8 +80,8 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
     float16 gets its float32 fallback in advance. A few launches per block, whatever its size:
     the four statistics of every tensor go into one stack and one cast.
     """
-    from backstep.engine.summary import SMALL
-    from backstep.engine.summary_host import memory_key as _memory_key
+    from backstep.engine.summary.format import SMALL
+    from backstep.engine.summary.host import memory_key as _memory_key
 
     dtype = tensors[0].dtype
     unique: dict[tuple, int] = {}
@@ -125,7 +125,7 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
 
 def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
     """The exact non-finite count of ``t``, on its device, with a bounded temporary."""
-    from backstep.engine.summary import _chunks
+    from backstep.engine.summary.format import _chunks
 
     total = None
     if t.numel() <= COUNT_CHUNK:
@@ -190,7 +190,8 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
            arrivals: Arrivals, results: list[dict[str, Any] | None]) -> None:
     """Reduce the held groups, read every block back (one transfer per device), fill
     ``results``."""
-    from backstep.engine.summary import _DIGITS, _base, _round_digits
+    from backstep.engine.rounding import _DIGITS, _round_digits
+    from backstep.engine.summary.format import _base
 
     blocks: dict[torch.device, list[Block]] = {}
     for block in arrivals.blocks:
@@ -239,8 +240,8 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
           redo: list[tuple[Block, int, int, list[float]]]) -> None:
     """One block's summaries from its part of the read (``rounded``: the same part rounded to
     the dtype's digits, or None where the dtype has none)."""
-    from backstep.engine.rounding import put_extremes
-    from backstep.engine.summary import _stat, _values
+    from backstep.engine.rounding import _stat, put_extremes
+    from backstep.engine.summary.format import _values
 
     m = (host.numel() - b.small) // b.rows
     rows = host[: b.rows * m].view(b.rows, m).tolist()
@@ -282,7 +283,7 @@ def _redo_float64(redo: list[tuple[Block, int, int, list[float]]],
                   results: list[dict[str, Any] | None]) -> None:
     """Finite held tensors whose norm or sum overflowed their dtype, redone in float64 as the
     host path does: all of them in one more read."""
-    from backstep.engine.summary import _stat
+    from backstep.engine.rounding import _stat
 
     with torch.no_grad():
         stacked = []

@@ -12,192 +12,20 @@ is only computed for tensors where one of those is not finite.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from backstep.engine import summary_device, transfers
-from backstep.engine.rounding import _DIGITS, _round, _round_digits, _stat  # noqa: F401
 from backstep.engine.sharded import local_shard
+from backstep.engine.summary import device as summary_device
+from backstep.engine.summary.careful import _careful, _failed_summary
+from backstep.engine.summary.format import SMALL, _base
 
-SMALL = 16  # tensors with at most this many elements carry their values
-CHUNK = 1 << 20  # elements per step on the careful path
 BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (fake, functorch, DTensor) go carefully
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
-
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-_DEVICE_NAMES: dict[torch.device, str] = {}  # str(device) costs a microsecond per summary
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return name
-
-
-def _device_name(device: torch.device) -> str:
-    name = _DEVICE_NAMES.get(device)
-    if name is None:
-        name = _DEVICE_NAMES[device] = str(device)
-    return name
-
-
-def _base(t: torch.Tensor) -> dict[str, Any]:
-    return {
-        "shape": list(t.shape),
-        "dtype": _dtype_name(t.dtype),
-        "device": _device_name(t.device),
-        "min": None,
-        "max": None,
-        "mean": None,
-        "norm": None,
-        "nonfinite": None,
-    }
-
-
-def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
-    if dtype.is_floating_point:
-        return [_round(float(v), dtype) for v in flat]
-    if dtype.is_complex:
-        return [[_round(v.real, dtype), _round(v.imag, dtype)] for v in flat]
-    return list(flat)
-
-
-def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
-    """Views of at most CHUNK elements (dense tensors), without copying ``t`` whole."""
-    if t.numel() <= CHUNK or t.dim() == 0:
-        yield t
-    elif t.is_contiguous():
-        flat = t.view(-1)
-        for start in range(0, flat.numel(), CHUNK):
-            yield flat[start : start + CHUNK]
-    else:
-        for sub in t.unbind(0):
-            yield from _chunks(sub)
-
-
-HIST_BINS = 24
-
-
-def summarize(t: Any, hist: bool = False) -> dict[str, Any] | None:
-    """The summary of one tensor (None for None). Never raises.
-
-    ``hist`` adds ``"hist"``: counts of the finite values in equal bins between min and max — one
-    more pass over the tensor, so only for summaries a person is looking at (a stop), never per
-    node in a trace.
-    """
-    batch = SummaryBatch()
-    slot = batch.add(t)
-    if slot is None:
-        return None
-    out = batch.compute()[slot]
-    shard = local_shard(t)
-    if shard is not None:
-        t = shard[0]  # the histogram of this rank's piece, as the summary is
-    if hist and out is not None:
-        counts = _histogram(t, out)
-        if counts is not None:
-            out = dict(out)  # a plain dict: its encoded text would miss the histogram
-            out["hist"] = counts
-    return out
-
-
-def _histogram(t: torch.Tensor, summary: dict[str, Any]) -> list[int] | None:
-    if t.numel() <= SMALL:
-        return None
-    try:
-        with torch.no_grad():
-            data = t.detach()
-            if data.is_complex():
-                data = data.abs()
-            if data.layout != torch.strided or not data.is_floating_point():
-                return None
-            data = data.float()
-            lo, hi = summary.get("min"), summary.get("max")
-            if summary.get("nonfinite"):
-                data = data[torch.isfinite(data)]  # NaN/Inf are counted in "nonfinite"
-                if data.numel() == 0:
-                    return None
-                lo, hi = float(transfers.read(data.min())), float(transfers.read(data.max()))
-            if not isinstance(lo, float) or not isinstance(hi, float):
-                return None
-            if hi <= lo:
-                return [int(data.numel())]
-            return [int(c) for c in transfers.read(torch.histc(data, bins=HIST_BINS, min=lo, max=hi))]
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None
-
-
-def _careful(t: torch.Tensor) -> dict[str, Any]:
-    """One tensor of any kind, reduced chunk by chunk in float64."""
-    out = _base(t)
-    layout = t.layout
-    if t.is_meta or t.device.type == "meta":
-        out["note"] = "meta tensor: no values"
-        return out
-    if layout != torch.strided:
-        out["layout"] = str(layout).removeprefix("torch.")
-        try:
-            values = t.coalesce().values() if layout == torch.sparse_coo else t.values()
-        except (RuntimeError, TypeError):
-            out["note"] = "values not readable"
-            return out
-        out["nnz"] = int(values.numel())
-        stats = _reduce(values, divisor=t.numel())
-        out.update(stats)
-        return out
-    if t.is_quantized:
-        t = t.dequantize()
-    n = t.numel()
-    if n == 0:
-        out["values"] = []
-        return out
-    out.update(_reduce(t, divisor=n))
-    if n <= SMALL:
-        out["values"] = _values(transfers.read(t.detach().reshape(-1)), t.dtype)
-    return out
-
-
-def _reduce(t: torch.Tensor, divisor: int) -> dict[str, Any]:
-    """min/max/mean/norm/nonfinite of a dense tensor in float64, one chunk at a time."""
-    t = t.detach()
-    lo, hi, total, sumsq, bad = math.inf, -math.inf, 0.0, 0.0, 0
-    seen = False
-    for chunk in _chunks(t):
-        if chunk.numel() == 0:
-            continue
-        seen = True
-        if chunk.is_complex():
-            bad += int(transfers.read((~torch.isfinite(chunk)).sum()))
-            chunk = chunk.abs()
-        elif chunk.dtype == torch.bool:
-            chunk = chunk.to(torch.uint8)
-        elif chunk.is_floating_point():
-            bad += int(transfers.read((~torch.isfinite(chunk)).sum()))
-        c = chunk.to(torch.float64)
-        lo = min(lo, float(transfers.read(c.min())))
-        hi = max(hi, float(transfers.read(c.max())))
-        total += float(transfers.read(c.sum()))
-        sumsq += float(transfers.read((c * c).sum()))
-        if math.isnan(lo) or math.isnan(hi):
-            lo = hi = math.nan
-    if not seen:
-        return {}
-    dtype = t.dtype
-    return {
-        "min": _round(lo, dtype),
-        "max": _round(hi, dtype),
-        "mean": _round(total / divisor if divisor else math.nan, dtype),
-        "norm": _round(math.sqrt(sumsq), dtype),
-        "nonfinite": bad,
-    }
 
 
 class SummaryBatch:
@@ -248,7 +76,7 @@ class SummaryBatch:
         """A host tensor into its dtype's group (``summary_host``), at ``slot``."""
         group = self._host.get(dtype)
         if group is None:
-            from backstep.engine.summary_host import HostGroup
+            from backstep.engine.summary.host import HostGroup
 
             group = self._host[dtype] = HostGroup()
         group.add(t, slot, n, SMALL)
@@ -419,11 +247,6 @@ class SummaryBatch:
                 out = {"shape": None, "dtype": None, "device": None}
             out["note"] = f"summary failed: {type(exc).__name__}"
             return out
-
-def _failed_summary(shape: Any, dtype: torch.dtype) -> dict[str, Any]:
-    return {"shape": list(shape), "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
-            "max": None, "mean": None, "norm": None, "nonfinite": None,
-            "note": "summary failed"}
 
 
 def _batchable(t: torch.Tensor) -> bool:

@@ -1,0 +1,66 @@
+"""What every tensor summary shares, host or device: names of dtypes and devices, the
+summary's base fields, small tensors' values, and views of a large tensor a chunk at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from backstep.engine.rounding import _round
+
+SMALL = 16  # tensors with at most this many elements carry their values
+CHUNK = 1 << 20  # elements per step on the careful path
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_DEVICE_NAMES: dict[torch.device, str] = {}  # str(device) costs a microsecond per summary
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _device_name(device: torch.device) -> str:
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
+def _base(t: torch.Tensor) -> dict[str, Any]:
+    return {
+        "shape": list(t.shape),
+        "dtype": _dtype_name(t.dtype),
+        "device": _device_name(t.device),
+        "min": None,
+        "max": None,
+        "mean": None,
+        "norm": None,
+        "nonfinite": None,
+    }
+
+
+def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
+    if dtype.is_floating_point:
+        return [_round(float(v), dtype) for v in flat]
+    if dtype.is_complex:
+        return [[_round(v.real, dtype), _round(v.imag, dtype)] for v in flat]
+    return list(flat)
+
+
+def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Views of at most CHUNK elements (dense tensors), without copying ``t`` whole."""
+    if t.numel() <= CHUNK or t.dim() == 0:
+        yield t
+    elif t.is_contiguous():
+        flat = t.view(-1)
+        for start in range(0, flat.numel(), CHUNK):
+            yield flat[start : start + CHUNK]
+    else:
+        for sub in t.unbind(0):
+            yield from _chunks(sub)
