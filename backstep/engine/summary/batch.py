@@ -37,8 +37,8 @@ class SummaryBatch:
     rest are reduced as they arrive, so they never count towards ``nbytes``.
     """
 
-    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_host", "_done",
-                 "_shards")
+    __slots__ = ("_tensors", "_slots", "nbytes", "_arrivals", "_device_held", "_held", "_host",
+                 "_done", "_shards")
 
     def __init__(self) -> None:
         self._tensors: list[torch.Tensor | None] = []  # None: in ``_host``, or reduced already
@@ -46,6 +46,7 @@ class SummaryBatch:
         self.nbytes = 0
         self._arrivals: summary_device.Arrivals | None = None
         self._device_held = 0
+        self._held: list[tuple[int, int]] = []  # (slot, id) of the device tensors held now
         self._host: dict[torch.dtype, Any] = {}  # host tensors by dtype (summary_host.HostGroup)
         self._done: dict[int, dict[str, Any]] = {}  # slot -> summary written by ``settle``
         self._shards: dict[int, dict[str, Any]] = {}  # slot -> a DTensor's placement fields
@@ -122,6 +123,7 @@ class SummaryBatch:
                     except Exception:  # noqa: BLE001 - held instead, summarised at the flush
                         pass
                 self._device_held += size
+                self._held.append((slot, key))
             else:
                 self.nbytes += size
                 # _batchable(t), knowing that t is a host tensor (so not a meta one)
@@ -142,29 +144,27 @@ class SummaryBatch:
         a batch keeps at most ``HELD_BYTES`` of gradients alive, and nothing is read before the
         flush. Those that cannot be reduced now stay held for the flush."""
         tensors = self._tensors
-        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
-        for i, t in enumerate(tensors):
-            if t is None:
-                continue
-            try:
-                if _batchable(t) and (summary_device.FORCE or not t.is_cpu):
-                    groups.setdefault((t.dtype, t.device), []).append(i)
-            except (RuntimeError, TypeError, NotImplementedError):
-                pass
+        groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, int]]] = {}
+        for slot, key in self._held:  # only these: a settle must not walk the whole batch
+            t = tensors[slot]
+            assert t is not None
+            groups.setdefault((t.dtype, t.device), []).append((slot, key))
         if self._arrivals is None:
             self._arrivals = summary_device.Arrivals()
-        settled: set[int] = set()
-        for slots in groups.values():
-            group = [tensors[i] for i in slots]
+        kept: list[tuple[int, int]] = []
+        for held in groups.values():
+            slots = [slot for slot, _ in held]
+            group = [tensors[slot] for slot in slots]
             try:
                 self._arrivals.settle(slots, group, [_base(t) for t in group])
             except Exception:  # noqa: BLE001 - held instead, summarised at the flush
+                kept += held
                 continue
-            for i in slots:
-                tensors[i] = None
-                settled.add(i)
-        # a tensor let go may be freed and its id() reused: the arrivals' weak refs know it
-        self._slots = {k: v for k, v in self._slots.items() if v not in settled}
+            # a tensor let go may be freed and its id() reused: the arrivals' weak refs know it
+            for slot, key in held:
+                tensors[slot] = None
+                self._slots.pop(key, None)
+        self._held = kept
         self._device_held = 0
 
     def settle(self) -> None:
@@ -198,6 +198,7 @@ class SummaryBatch:
         """Summaries in slot order; empties the batch. Never raises."""
         tensors, self._tensors, self._slots, self.nbytes = self._tensors, [], {}, 0
         arrivals, self._arrivals, self._device_held = self._arrivals, None, 0
+        self._held = []
         host, self._host = self._host, {}
         done, self._done = self._done, {}
         shards, self._shards = self._shards, {}
