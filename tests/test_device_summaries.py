@@ -278,3 +278,25 @@ def test_tensors_that_retain_grad_are_read_in_one_batch(device_path: None) -> No
     retained = [e for e in recorder.of("accumulate") if e["retained"]]
     assert len(retained) == 12 and all(e["after"]["nonfinite"] == 0 for e in retained)
     assert reads <= 4
+
+
+@pytest.mark.parametrize("shape_of", [
+    lambda v: v.view(90, 100).t(),                      # transposed: one dense block
+    lambda v: v.view(10, 9, 100).permute(2, 0, 1),      # permuted
+    lambda v: v.view(90, 100)[:, :50],                  # gaps: slabs of whole rows
+    lambda v: v.view(9, 1000)[:, ::2],                  # a row past the limit: cut again
+])
+def test_non_finite_count_cuts_strided_tensors_in_few_pieces(
+        shape_of: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = torch.randn(9000)
+    values[::7] = math.nan
+    values[3::13] = -math.inf
+    t = shape_of(values)
+    monkeypatch.setattr(summary_device, "COUNT_CHUNK", 1000)
+    pieces: list[int] = []
+    piece = summary_device._count_piece
+    monkeypatch.setattr(summary_device, "_count_piece",
+                        lambda p: (pieces.append(p.numel()), piece(p))[1])
+    assert int(summary_device.count_nonfinite(t)) == int((~torch.isfinite(t)).sum())
+    assert sum(pieces) == t.numel() and max(pieces) <= 1000
+    assert len(pieces) <= -(-t.numel() // 1000) + 9, f"{len(pieces)} pieces"  # not row by row
