@@ -300,3 +300,19 @@ def test_non_finite_count_cuts_strided_tensors_in_few_pieces(
     assert int(summary_device.count_nonfinite(t)) == int((~torch.isfinite(t)).sum())
     assert sum(pieces) == t.numel() and max(pieces) <= 1000
     assert len(pieces) <= -(-t.numel() // 1000) + 9, f"{len(pieces)} pieces"  # not row by row
+
+
+def test_careful_path_reads_a_transposed_tensor_in_few_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from backstep.engine.summary import careful, format as summary_format
+
+    values = torch.randn(200, 300, generator=torch.Generator().manual_seed(0))
+    values[3, 7] = math.inf
+    monkeypatch.setattr(summary_format, "CHUNK", 1000)
+    reads: list[object] = []
+    read = careful.transfers.read
+    monkeypatch.setattr(careful.transfers, "read", lambda v: (reads.append(v), read(v))[1])
+    whole = careful._careful(values.t().contiguous())
+    strided = careful._careful(values.t())
+    assert strided == whole
+    assert len(reads) <= 2 * 5 * 60 + 10, f"{len(reads)} reads: chunked row by row"

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -129,36 +128,13 @@ def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
     if t.numel() <= COUNT_CHUNK:
         return _count_piece(t)
     total = None
+    from backstep.engine.summary.format import _slabs
+
     for piece in _slabs(t, COUNT_CHUNK):
         part = _count_piece(piece)  # float32 for most: exact per piece, summed in float64
         total = part.to(torch.float64) if total is None else total + part
     assert total is not None
     return total
-
-
-def _slabs(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
-    """Views that cover ``t`` once, each of at most ``limit`` elements where a row allows, as
-    few as that: a count ignores order, so a transposed gradient (an ``mm``'s weight grad) is
-    cut as the dense block it is, not row by row (that was 78 pieces and 156 launches for each
-    GPT-2 weight gradient on an H100, 30x plain)."""
-    if t.numel() <= limit or t.dim() == 0:
-        yield t
-        return
-    p = t.permute(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
-    if p.is_contiguous():
-        flat = p.view(-1)
-        for start in range(0, flat.numel(), limit):
-            yield flat[start: start + limit]
-        return
-    rows = p.shape[0]
-    per = p.numel() // rows
-    if per > limit:
-        for sub in p.unbind(0):
-            yield from _slabs(sub, limit)
-        return
-    step = limit // per
-    for start in range(0, rows, step):
-        yield p.narrow(0, start, min(step, rows - start))
 
 
 def _count_piece(t: torch.Tensor) -> torch.Tensor:

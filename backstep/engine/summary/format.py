@@ -55,12 +55,30 @@ def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
 
 def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
     """Views of at most CHUNK elements (dense tensors), without copying ``t`` whole."""
-    if t.numel() <= CHUNK or t.dim() == 0:
+    return _slabs(t, CHUNK)
+
+
+def _slabs(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
+    """Views that cover ``t`` once, each of at most ``limit`` elements where a row allows, as
+    few as that. Min, max, sums and counts ignore order, so a transposed gradient (an ``mm``'s
+    weight grad) is cut as the dense block it is, and other strided ones in slabs of whole rows,
+    not row by row: that was 78 pieces for each GPT-2 weight gradient's non-finite count on an
+    H100, two launches each, 30x plain."""
+    if t.numel() <= limit or t.dim() == 0:
         yield t
-    elif t.is_contiguous():
-        flat = t.view(-1)
-        for start in range(0, flat.numel(), CHUNK):
-            yield flat[start : start + CHUNK]
-    else:
-        for sub in t.unbind(0):
-            yield from _chunks(sub)
+        return
+    p = t.permute(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+    if p.is_contiguous():
+        flat = p.view(-1)
+        for start in range(0, flat.numel(), limit):
+            yield flat[start: start + limit]
+        return
+    rows = p.shape[0]
+    per = p.numel() // rows
+    if per > limit:
+        for sub in p.unbind(0):
+            yield from _slabs(sub, limit)
+        return
+    step = limit // per
+    for start in range(0, rows, step):
+        yield p.narrow(0, start, min(step, rows - start))
