@@ -304,7 +304,8 @@ def test_non_finite_count_cuts_strided_tensors_in_few_pieces(
 
 def test_careful_path_reads_a_transposed_tensor_in_few_chunks(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from backstep.engine.summary import careful, format as summary_format
+    from backstep.engine.summary import careful
+    from backstep.engine.summary import format as summary_format
 
     values = torch.randn(200, 300, generator=torch.Generator().manual_seed(0))
     values[3, 7] = math.inf
