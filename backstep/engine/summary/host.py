@@ -20,10 +20,11 @@ from backstep.engine import transfers
 from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary.format import SMALL, _base, _device_name, _dtype_name, _values
+from backstep.engine.summary.scalars import MEAN_FORMAT as _MEAN_FORMAT
+from backstep.engine.summary.scalars import shape_text, write_scalars
+from backstep.engine.summary.scalars import tail as _tail
 
 _NORMS_AT_ONCE = 16
-_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
-                torch.float64: "%.10g"}  # as _stat rounds
 
 
 class HostGroup:
@@ -107,6 +108,19 @@ class HostGroup:
         stats = [mins + values, maxs + values, norms + list(map(abs, values)), sums + values]
         return stats, [column[j] for j in self.owner]
 
+    def _write_singles(self, dtype: torch.dtype, results: Any) -> bool:
+        """Write the finite one-element tensors' summaries (``scalars``) and keep the rest;
+        True when none is left."""
+        written = write_scalars(dtype, self.tensors, self.numels, self.slots, results)
+        if not written:
+            return False
+        rest = set(range(len(self.tensors))).difference(written)
+        kept = [(self.tensors[k], self.slots[k], self.numels[k]) for k in sorted(rest)]
+        self._clear()
+        for t, slot, n in kept:  # the blocks of memory found again, as they were added
+            self.add(t, slot, n, SMALL)
+        return not kept
+
     def _clear(self) -> None:
         self.slots, self.tensors, self.numels, self.owner = [], [], [], []
         self.unique, self.reps, self.singles = {}, [], []
@@ -131,6 +145,8 @@ class HostGroup:
     def compute(self, dtype: torch.dtype, results: Any) -> None:
         """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
         if not self.settled:
+            if self.singles and self._write_singles(dtype, results):
+                return
             raw, owner = self._read()
             _write(dtype, self.tensors, self.numels, self.slots, owner, raw, None, results)
             return
@@ -236,12 +252,7 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             if tail is None:
                 text = None
             else:
-                text = _SHAPES.get(size)
-                if text is None:
-                    if len(_SHAPES) >= 4096:
-                        _SHAPES.clear()
-                    text = _SHAPES[size] = '{"shape":[' + ",".join(map(str, size)) + "]"
-                text += tail
+                text = shape_text(size) + tail
             if n <= SMALL:
                 values = out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
@@ -274,16 +285,6 @@ def _rounded(stats: list[list[float]], digits: int) -> list[list[float]]:
     ``v`` is not finite) for min, max and norm; the sums are not shown."""
     spec = f".{digits}g"
     return [[float(format(v, spec)) if isfinite(v) else nan for v in row] for row in stats[:3]]
-
-
-_SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
-
-
-def _tail(low: float, high: float, mean: float, norm: float) -> str:
-    """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
-    (an f-string: ``str.format`` of the same text took 0.5 us more a summary); its
-    ``"nonfinite":0`` is left out, as trace files leave it (trace_form)."""
-    return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r}'
 
 
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
