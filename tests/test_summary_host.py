@@ -146,3 +146,22 @@ def test_one_element_summaries_written_directly_equal_the_general_path(dtype: to
     for got, want in zip(direct, general, strict=True):
         assert repr(dict(got)) == repr(dict(want))  # repr: -0.0, NaN and key order alike
         assert getattr(got, "text", None) == getattr(want, "text", None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_larger_blocks_read_as_lists_equal_the_kernels(dtype: torch.dtype) -> None:
+    """``_read`` of a batch with no one-element tensor (what is left once ``write_scalars`` has
+    written them) reads the reductions as lists, each exactly as ``_reduce``'s float64 rows."""
+    torch.manual_seed(1)
+    tensors = [(torch.randn(3 + k) * 10.0 ** (k - 4)).to(dtype) for k in range(9)]
+    tensors[2][1] = math.inf
+    tensors[5][0] = math.nan
+    group = summary_host.HostGroup()
+    for slot, t in enumerate(tensors):
+        group.add(t, slot, t.numel(), 16)
+    stats, owner = group._read()
+    assert type(stats) is list
+    expected = summary_host._reduce(tensors).tolist()
+    for row, want in zip(stats, expected, strict=True):
+        got = [row[j] for j in owner]
+        assert [repr(g) for g in got] == [repr(w) for w in want]

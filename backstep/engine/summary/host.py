@@ -96,14 +96,16 @@ class HostGroup:
         ``_write`` rounds them in Python (few blocks): one-element blocks' values go straight
         into the lists, never through a tensor and back. Else ``_reduce``'s tensor."""
         reps, singles = self.reps, self.singles
-        if not singles or len(reps) > _ROUND_ON_HOST:
+        if len(reps) > _ROUND_ON_HOST:
             return self._reduce()
+        if not singles:
+            return _reduce_read(reps), self.owner
         single = set(singles)
         order = [j for j in range(len(reps)) if j not in single] + singles
         column = {j: k for k, j in enumerate(order)}
         values = [reps[j].item() for j in singles]  # as exact as in _reduce's float64 tensor
         rest = len(reps) - len(singles)
-        mins, maxs, norms, sums = (transfers.read(_reduce([reps[j] for j in order[:rest]]))
+        mins, maxs, norms, sums = (_reduce_read([reps[j] for j in order[:rest]])
                                    if rest else ([], [], [], []))
         stats = [mins + values, maxs + values, norms + list(map(abs, values)), sums + values]
         return stats, [column[j] for j in self.owner]
@@ -179,6 +181,21 @@ class HostGroup:
 
 def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
     """min, max, norm and sum of each tensor, as a (4, tensors) float64 tensor."""
+    # one stack of every 0-d result, viewed as 4 rows: the same tensor as stacking each row
+    return torch.stack(_reductions(reps)).view(4, len(reps)).to(torch.float64)
+
+
+def _reduce_read(reps: list[torch.Tensor]) -> list[list[float]]:
+    """``_reduce``'s rows read as four lists (min, max, norm, sum), in one transfer: the 0-d
+    results read as they are (a Python float holds any batched dtype's value exactly, as the
+    float64 tensor does), without the view and the copy into float64."""
+    flat = transfers.read(torch.stack(_reductions(reps)))
+    n = len(reps)
+    return [flat[:n], flat[n : 2 * n], flat[2 * n : 3 * n], flat[3 * n :]]
+
+
+def _reductions(reps: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The 0-d results: every tensor's min, then every max, norm and sum."""
     mins, maxs, sums, norms = [], [], [], []
     # each tensor's reductions one after the other, while it is in the cache; the norms a few
     # tensors at a time (the values are the same: one norm per tensor either way)
@@ -190,8 +207,7 @@ def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
             maxs.append(hi)
             sums.append(t.sum())
         norms += torch._foreach_norm(chunk)
-    # one stack of every 0-d result, viewed as 4 rows: the same tensor as stacking each row
-    return torch.stack(mins + maxs + norms + sums).view(4, len(reps)).to(torch.float64)
+    return mins + maxs + norms + sums
 
 
 class _Settled:
