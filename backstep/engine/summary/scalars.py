@@ -10,14 +10,13 @@ or rounds to one that is not) is left to the general path.
 
 from __future__ import annotations
 
-from math import isfinite
 from typing import Any
 
 import torch
 
 from backstep.engine.encoded import Encoded, json_safe
-from backstep.engine.rounding import _DIGITS
-from backstep.engine.summary.format import _device_name, _dtype_name, _values
+from backstep.engine.rounding import _DIGITS, _round
+from backstep.engine.summary.format import _device_name, _dtype_name
 
 MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
                torch.float64: "%.10g"}  # as _stat rounds
@@ -67,17 +66,16 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         t = tensors[k]
         v = t.item()
         shown = float(format(v, spec))
-        if not (isfinite(v) and isfinite(shown)):
+        if shown - shown != 0.0:  # not finite (nor, then, is ``v``): the general path's
             continue
-        norm = abs(shown)
-        values = _values([v], dtype)
+        value = _round(v, dtype)  # as ``_values`` writes a floating value
         size = t.shape
-        out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,
-                       "min": shown, "max": shown, "mean": shown, "norm": norm, "nonfinite": 0,
-                       "values": values})
         text = repr(shown)
+        out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,
+                       "min": shown, "max": shown, "mean": shown, "norm": abs(shown),
+                       "nonfinite": 0, "values": [value]})
         out.text = (f'{shape_text(size)}{head}"min":{text},"max":{text},"mean":{text},'
-                    f'"norm":{text.removeprefix("-")},"values":[{values[0]!r}]}}')
+                    f'"norm":{text.removeprefix("-")},"values":[{value!r}]}}')
         results[slots[k]] = out
         done.append(k)
     return done
