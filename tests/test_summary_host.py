@@ -111,3 +111,57 @@ def test_rounding_in_python_equals_the_kernels(digits: int, dtype: torch.dtype) 
     got = summary_host._rounded(raw.tolist(), digits)
     for row_got, row_expected in zip(got, expected, strict=True):
         assert [repr(x) for x in row_got] == [repr(x) for x in row_expected]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_element_summaries_written_directly_equal_the_general_path(dtype: torch.dtype) -> None:
+    """``scalars.write_scalars`` (issue 28: tiny passes are mostly one-element gradients) gives
+    every summary dict and text that ``_read`` and ``_write`` give, beside larger tensors; the
+    values it cannot write (not finite) are left to them."""
+    torch.manual_seed(0)
+    tensors = []
+    for k, v in enumerate(SPECIALS + [1.7e308, -1.7e308, 4.082918e-06, -3.5762787e-06, 1803.5581]):
+        tensors.append(torch.tensor(v, dtype=torch.float64).to(dtype).reshape((1,) * (k % 3)))
+        if k % 4 == 0:
+            tensors.append(torch.randn(5 + k).to(dtype))
+    tensors += [torch.randn(()).to(dtype) * 10.0 ** k for k in range(-30, 30, 3)]
+
+    def group_of() -> summary_host.HostGroup:
+        group = summary_host.HostGroup()
+        for slot, t in enumerate(tensors):
+            group.add(t, slot, t.numel(), 16)
+        return group
+
+    general: list[Any] = [None] * len(tensors)
+    group = group_of()
+    stats, owner = group._read()
+    summary_host._write(dtype, group.tensors, group.numels, group.slots, owner, stats, None,
+                        general)
+    direct: list[Any] = [None] * len(tensors)
+    group = group_of()
+    assert group._write_singles(dtype, direct) is False  # larger tensors are left
+    written = [i for i, s in enumerate(direct) if s is not None]
+    assert len(written) > len(tensors) // 2
+    group.compute(dtype, direct)
+    for got, want in zip(direct, general, strict=True):
+        assert repr(dict(got)) == repr(dict(want))  # repr: -0.0, NaN and key order alike
+        assert getattr(got, "text", None) == getattr(want, "text", None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_larger_blocks_read_as_lists_equal_the_kernels(dtype: torch.dtype) -> None:
+    """``_read`` of a batch with no one-element tensor (what is left once ``write_scalars`` has
+    written them) reads the reductions as lists, each exactly as ``_reduce``'s float64 rows."""
+    torch.manual_seed(1)
+    tensors = [(torch.randn(3 + k) * 10.0 ** (k - 4)).to(dtype) for k in range(9)]
+    tensors[2][1] = math.inf
+    tensors[5][0] = math.nan
+    group = summary_host.HostGroup()
+    for slot, t in enumerate(tensors):
+        group.add(t, slot, t.numel(), 16)
+    stats, owner = group._read()
+    assert type(stats) is list
+    expected = summary_host._reduce(tensors).tolist()
+    for row, want in zip(stats, expected, strict=True):
+        got = [row[j] for j in owner]
+        assert [repr(g) for g in got] == [repr(w) for w in want]

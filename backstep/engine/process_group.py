@@ -18,10 +18,10 @@ from backstep.engine.recorder import Sink, emit_all
 
 def describe() -> dict[str, Any] | None:
     """The ``process_group`` event for the default group, or None when there is none."""
-    dist = sys.modules.get("torch.distributed")
+    if not _initialized():
+        return None
+    dist = sys.modules["torch.distributed"]
     try:
-        if dist is None or not dist.is_available() or not dist.is_initialized():
-            return None
         return {
             "event": "process_group",
             "backend": str(dist.get_backend()),
@@ -31,6 +31,15 @@ def describe() -> dict[str, Any] | None:
         }
     except Exception:  # noqa: BLE001 - a group being torn down must never break the script
         return None
+
+
+def _initialized() -> bool:
+    """Whether a default process group may be up (``describe`` may find one)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and dist.is_available() and dist.is_initialized()
+    except Exception:  # noqa: BLE001 - as ``describe``: look the slow way
+        return True
 
 
 def _timeout(dist: Any) -> float | None:
@@ -65,7 +74,10 @@ class GroupNotice:
         self.inner.emit(event)
 
     def emit_many(self, events: list[dict[str, Any]]) -> None:
-        if not self.announced and any(e.get("event") == "pass_begin" for e in events):
+        # without torch.distributed in use (most scripts) there is nothing to announce: the
+        # batch goes on as it is, unread (a recorded pass's node events, every flush)
+        if (not self.announced and _initialized()
+                and any(e.get("event") == "pass_begin" for e in events)):
             for event in events:
                 self.emit(event)
         else:

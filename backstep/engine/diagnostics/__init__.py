@@ -95,15 +95,27 @@ class Diagnostician:
                 event = events[start]
                 start += 1
                 out.append(event)
-                self._follow(event, out.append)  # its diagnoses, and what it set off, in turn
+                if event.get("event") == "accumulate" and not local.pending:
+                    try:  # never a diagnosis of its own: analysed here, at once
+                        with lock:
+                            self._accumulate(event)
+                    except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                        pass
+                    if not local.pending:
+                        continue
+                    found: list[dict[str, Any]] | None = _NOTHING  # analysed: what it set off
+                else:
+                    found = None
+                self._follow(event, out.append, found)  # its diagnoses, and what it set off
         finally:
             local.busy = False
             local.collected = None
             emit_all(self.inner, out)
 
-    def _follow(self, event: dict[str, Any], put: Any) -> None:
-        """Analyse ``event`` (then whatever was emitted while it was analysed) and ``put`` each
-        diagnosis found."""
+    def _follow(self, event: dict[str, Any], put: Any,
+                found: list[dict[str, Any]] | None = None) -> None:
+        """Analyse ``event`` (unless ``found`` holds its diagnoses already), then whatever was
+        emitted while it was analysed, and ``put`` each diagnosis found."""
         local = self._local
         outer = getattr(local, "busy", False)  # inside emit_many: its pending list goes on
         if not outer:
@@ -111,12 +123,14 @@ class Diagnostician:
         try:
             queue = None  # the common case: one event, no diagnosis, nothing re-entered
             while True:
-                try:
-                    found = self._analyse(event)
-                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
-                    found = _NOTHING
+                if found is None:
+                    try:
+                        found = self._analyse(event)
+                    except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                        found = _NOTHING
                 for diag in found:
                     put(diag)
+                found = None
                 if local.pending:
                     queue = (queue or []) + local.pending
                     local.pending.clear()
@@ -160,8 +174,7 @@ class Diagnostician:
             return _NOTHING
         with self._lock:
             if kind == "accumulate":
-                if not self._steps.stepped:  # hand-made updates: no optimizer to watch
-                    self._manual.accumulate(event)
+                self._accumulate(event)
                 return _NOTHING
             found: list[Found] = []
             if kind == "pass_end":
@@ -174,6 +187,11 @@ class Diagnostician:
                 self._params.begin(event, sys._getframe(1))
             found = [*self._rules.feed(event), *found]
             return self._once(found) if found else _NOTHING
+
+    def _accumulate(self, event: dict[str, Any]) -> None:
+        """An ``accumulate`` event (under the lock): it never gives a diagnosis at once."""
+        if not self._steps.stepped:  # hand-made updates: no optimizer to watch
+            self._manual.accumulate(event)
 
     def _once(self, found: list[Found]) -> list[dict[str, Any]]:
         out = []

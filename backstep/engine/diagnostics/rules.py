@@ -25,6 +25,7 @@ _SECOND_TIME = "backward through the graph a second time"
 _INPLACE = "modified by an inplace operation"
 # statuses of tensors a pass frees ("unknown": a torch without SavedTensor.data, a tensor all the same)
 _HELD = frozenset({"alive", "freed", "packed", "unknown"})
+_UNSEEN = object()  # quiet_nodes: no event read yet
 _NO_STATUS: frozenset[str] = frozenset()
 _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
@@ -148,12 +149,15 @@ class EventRules:
         """Analyse the node events from ``start`` on that find nothing (the common case) as
         ``node`` does; return the index of the first event that is not one, unanalysed."""
         passes, cache, count = self.passes, self._statuses, len(events)
+        number: Any = _UNSEEN  # the pass of the events before, and its info: read once a run
+        info: PassInfo | None = None
         i = start
         while i < count:
             event = events[i]
-            if event.get("event") != "node" or event.get("error"):
+            get = event.get
+            if get("event") != "node" or get("error"):
                 break
-            saved = event.get("saved") or ()
+            saved = get("saved") or ()
             if saved:
                 hit = cache.get(id(saved))
                 if hit is None or hit[0] is not saved:
@@ -163,14 +167,16 @@ class EventRules:
                     break
             else:
                 statuses = _NO_STATUS
-            info = passes.get(event.get("pass", 0))
+            if get("pass", 0) != number:
+                number = get("pass", 0)
+                info = passes.get(number)
             if info is not None:
-                if (event.get("grad_outputs") and event.get("grad_inputs") is not None
+                if (get("grad_outputs") and get("grad_inputs") is not None
                         and info.origins < NONFINITE_PER_PASS
-                        and (_count(event["grad_inputs"]) or event.get("id") in info.roots)):
+                        and (_count(event["grad_inputs"]) or get("id") in info.roots)):
                     break  # ``_nonfinite`` has something to look at
                 if not info.retain and not statuses.isdisjoint(_HELD):
-                    self._remember_freed(event.get("id"), info.number)
+                    self._remember_freed(get("id"), info.number)
             i += 1
         return i
 

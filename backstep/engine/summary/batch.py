@@ -56,6 +56,8 @@ class SummaryBatch:
 
     def add(self, t: Any) -> int | None:
         """Queue a tensor; its slot in ``compute()``'s result (None for a non-tensor)."""
+        if t is None:  # a node's undefined gradient
+            return None
         key = id(t)
         slot = self._slots.get(key)  # a tensor seen twice: one node's output, the next's input
         if slot is not None:
@@ -68,7 +70,14 @@ class SummaryBatch:
                     n = t.numel()
                     if dtype in BATCHABLE and 0 < n <= LARGE:
                         self.nbytes += n * dtype.itemsize
-                        return self._to_group(t, key, len(self._tensors), n, dtype)
+                        group = self._host.get(dtype)
+                        if group is None:
+                            return self._to_group(t, key, len(self._tensors), n, dtype)
+                        slot = len(self._tensors)  # _to_group's, inline: most of a pass's
+                        group.add(t, slot, n, SMALL)
+                        self._slots[key] = slot
+                        self._tensors.append(None)
+                        return slot
             except Exception:  # noqa: BLE001 - taken the general way below
                 pass
         return self._add(t, key)

@@ -20,10 +20,11 @@ from backstep.engine import transfers
 from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary.format import SMALL, _base, _device_name, _dtype_name, _values
+from backstep.engine.summary.scalars import MEAN_FORMAT as _MEAN_FORMAT
+from backstep.engine.summary.scalars import shape_text, write_scalars
+from backstep.engine.summary.scalars import tail as _tail
 
 _NORMS_AT_ONCE = 16
-_MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
-                torch.float64: "%.10g"}  # as _stat rounds
 
 
 class HostGroup:
@@ -95,17 +96,32 @@ class HostGroup:
         ``_write`` rounds them in Python (few blocks): one-element blocks' values go straight
         into the lists, never through a tensor and back. Else ``_reduce``'s tensor."""
         reps, singles = self.reps, self.singles
-        if not singles or len(reps) > _ROUND_ON_HOST:
+        if len(reps) > _ROUND_ON_HOST:
             return self._reduce()
+        if not singles:
+            return _reduce_read(reps), self.owner
         single = set(singles)
         order = [j for j in range(len(reps)) if j not in single] + singles
         column = {j: k for k, j in enumerate(order)}
         values = [reps[j].item() for j in singles]  # as exact as in _reduce's float64 tensor
         rest = len(reps) - len(singles)
-        mins, maxs, norms, sums = (transfers.read(_reduce([reps[j] for j in order[:rest]]))
+        mins, maxs, norms, sums = (_reduce_read([reps[j] for j in order[:rest]])
                                    if rest else ([], [], [], []))
         stats = [mins + values, maxs + values, norms + list(map(abs, values)), sums + values]
         return stats, [column[j] for j in self.owner]
+
+    def _write_singles(self, dtype: torch.dtype, results: Any) -> bool:
+        """Write the finite one-element tensors' summaries (``scalars``) and keep the rest;
+        True when none is left."""
+        written = write_scalars(dtype, self.tensors, self.numels, self.slots, results)
+        if not written:
+            return False
+        rest = set(range(len(self.tensors))).difference(written)
+        kept = [(self.tensors[k], self.slots[k], self.numels[k]) for k in sorted(rest)]
+        self._clear()
+        for t, slot, n in kept:  # the blocks of memory found again, as they were added
+            self.add(t, slot, n, SMALL)
+        return not kept
 
     def _clear(self) -> None:
         self.slots, self.tensors, self.numels, self.owner = [], [], [], []
@@ -131,6 +147,8 @@ class HostGroup:
     def compute(self, dtype: torch.dtype, results: Any) -> None:
         """Write each tensor's summary to ``results[slot]``. Runs under ``torch.no_grad()``."""
         if not self.settled:
+            if self.singles and self._write_singles(dtype, results):
+                return
             raw, owner = self._read()
             _write(dtype, self.tensors, self.numels, self.slots, owner, raw, None, results)
             return
@@ -163,6 +181,21 @@ class HostGroup:
 
 def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
     """min, max, norm and sum of each tensor, as a (4, tensors) float64 tensor."""
+    # one stack of every 0-d result, viewed as 4 rows: the same tensor as stacking each row
+    return torch.stack(_reductions(reps)).view(4, len(reps)).to(torch.float64)
+
+
+def _reduce_read(reps: list[torch.Tensor]) -> list[list[float]]:
+    """``_reduce``'s rows read as four lists (min, max, norm, sum), in one transfer: the 0-d
+    results read as they are (a Python float holds any batched dtype's value exactly, as the
+    float64 tensor does), without the view and the copy into float64."""
+    flat = transfers.read(torch.stack(_reductions(reps)))
+    n = len(reps)
+    return [flat[:n], flat[n : 2 * n], flat[2 * n : 3 * n], flat[3 * n :]]
+
+
+def _reductions(reps: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The 0-d results: every tensor's min, then every max, norm and sum."""
     mins, maxs, sums, norms = [], [], [], []
     # each tensor's reductions one after the other, while it is in the cache; the norms a few
     # tensors at a time (the values are the same: one norm per tensor either way)
@@ -174,8 +207,7 @@ def _reduce(reps: list[torch.Tensor]) -> torch.Tensor:
             maxs.append(hi)
             sums.append(t.sum())
         norms += torch._foreach_norm(chunk)
-    # one stack of every 0-d result, viewed as 4 rows: the same tensor as stacking each row
-    return torch.stack(mins + maxs + norms + sums).view(4, len(reps)).to(torch.float64)
+    return mins + maxs + norms + sums
 
 
 class _Settled:
@@ -236,12 +268,7 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             if tail is None:
                 text = None
             else:
-                text = _SHAPES.get(size)
-                if text is None:
-                    if len(_SHAPES) >= 4096:
-                        _SHAPES.clear()
-                    text = _SHAPES[size] = '{"shape":[' + ",".join(map(str, size)) + "]"
-                text += tail
+                text = shape_text(size) + tail
             if n <= SMALL:
                 values = out["values"] = _values(small_values[pos : pos + n], dtype)
                 pos += n
@@ -274,16 +301,6 @@ def _rounded(stats: list[list[float]], digits: int) -> list[list[float]]:
     ``v`` is not finite) for min, max and norm; the sums are not shown."""
     spec = f".{digits}g"
     return [[float(format(v, spec)) if isfinite(v) else nan for v in row] for row in stats[:3]]
-
-
-_SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
-
-
-def _tail(low: float, high: float, mean: float, norm: float) -> str:
-    """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
-    (an f-string: ``str.format`` of the same text took 0.5 us more a summary); its
-    ``"nonfinite":0`` is left out, as trace files leave it (trace_form)."""
-    return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r}'
 
 
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
