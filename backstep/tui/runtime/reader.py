@@ -103,7 +103,7 @@ class Reader:
             self._through = through
 
     def _stopped(self) -> bool:
-        return not self._running and self.model.snapshot().stop is not None
+        return not self._running and self.model.stop is not None
 
     def _every(self) -> float:
         """How long a snapshot may wait: a person reads a stop, not a pass running through."""
