@@ -105,6 +105,7 @@ class ConsolePanel(Vertical):
         self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
                                     "sends it, ctrl+d ends the input", id="console-input")
         self.stdin_closed = False
+        self._held = False  # the script runs: the log keeps its rows (``hold_height``)
         self.expression_line = ExpressionLine(id="console-expression", classes="console-line")
 
     def compose(self) -> ComposeResult:
@@ -143,12 +144,20 @@ class ConsolePanel(Vertical):
         more would lay the whole screen out again, every panel above one row shorter and
         drawn anew (the source highlighted again), once a printed line, while nothing in
         them changes. ``release_height`` (the next stop) lets it grow to what it holds."""
+        self._held = True
         rows = self.log_view.size.height
         if rows > 0:
             self.log_view.styles.max_height = rows
 
     def release_height(self) -> None:
-        if self.log_view.styles.inline.has_rule("max_height"):
+        """Let the log grow again, once the screen that called for it (a stop) is drawn: the
+        layout its new rows bring comes after the stop is on screen, not before."""
+        if self._held:
+            self._held = False
+            self.call_after_refresh(self._release)
+
+    def _release(self) -> None:
+        if not self._held and self.log_view.styles.inline.has_rule("max_height"):
             self.log_view.styles.max_height = None  # back to the stylesheet's
 
     def note(self, text: str) -> None:
