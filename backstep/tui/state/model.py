@@ -9,7 +9,7 @@ of each log it may see, so making one costs O(1) even on a 10,000-node graph.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -84,6 +84,9 @@ class SessionModel:
         self._kept: deque[PassView] = deque()
         self._kept_events = 0
         self.review_cap = REVIEW_EVENTS
+        # reads a node event again from its line (the live reader's channel): records keep
+        # the line, not the decoded event, when one is given
+        self.reread: Callable[[bytes], Mapping[str, Any] | None] | None = None
         # pass -> records its view will see: node events applied and not yet in a snapshot
         self._pending: dict[int, int] = {}
 
@@ -98,8 +101,9 @@ class SessionModel:
         is made for the question)."""
         return self._snap.stop
 
-    def apply(self, event: Mapping[str, Any]) -> bool:
-        """Fold one event in; True if it changed what the UI shows. Never raises on bad input."""
+    def apply(self, event: Mapping[str, Any], line: bytes | None = None) -> bool:
+        """Fold one event in; True if it changed what the UI shows. Never raises on bad input.
+        ``line``: the text it was read from, if ``reread`` can read it again."""
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
         if handler is None:
@@ -107,7 +111,7 @@ class SessionModel:
         if self._pending and kind != "node":
             self._settle()  # every other event sees (and builds on) the nodes before it
         try:
-            new = handler(event)
+            new = self._on_node(event, line) if kind == "node" else handler(event)
         except (TypeError, ValueError, KeyError, AttributeError):
             return False  # a malformed event: ignore it, keep the last good state
         if new is None:
@@ -207,7 +211,7 @@ class SessionModel:
         )
         return replace(snap, live=live)
 
-    def _on_node(self, ev: Mapping[str, Any]) -> Snapshot | None:
+    def _on_node(self, ev: Mapping[str, Any], line: bytes | None = None) -> Snapshot | None:
         view = self._current_pass(ev)
         if view is None or not isinstance(ev.get("id"), int):
             return None
@@ -219,7 +223,8 @@ class SessionModel:
         # its gradients and saved list are made when first read: mostly never
         step = int(ev.get("step") or done + 1)
         record = LazyRecord.of(done, step, node_id, str(ev.get("name", "?")),
-                               str(ev["error"]) if ev.get("error") else None, ev)
+                               str(ev["error"]) if ev.get("error") else None, ev,
+                               (line, self.reread) if line and self.reread else None)
         log.truncate(done)  # forget anything a newer snapshot never published
         log.executed.append(node_id)
         log.records[node_id] = record

@@ -2,15 +2,18 @@
 
 While ``f`` or ``c`` runs through a pass, the reader folds in thousands of node events that
 nobody looks at until the next stop, most of them never: making each one's three summaries and
-saved list as it came was a third of the reader's time (0.16 s of a 6,380-node pass, on the
-core the debuggee records on). The event has passed the schema check at the edge by then, so
-the record keeps its raw lists and turns them into read-only summaries and ``SavedInfo`` on the
-first read, with the same functions, on whichever thread reads (the same result either way).
+saved list as it came was a third of the reader's time, and keeping them decoded (made or not)
+gave every full garbage collection a hundred thousand more objects to walk, more than all the
+rest of the reader's work on a 6,380-node pass. The event has passed the schema check at the
+edge by then, so the record keeps its line (or, given no line, its raw lists) and makes the
+read-only summaries and ``SavedInfo`` on the first read, with the same functions, on whichever
+thread reads (the same result either way).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -52,29 +55,51 @@ def _bytes(size: Any) -> int:
 
 class LazyRecord(NodeRecord):
     """``NodeRecord`` whose ``grad_outputs``, ``grad_inputs`` and ``saved`` are made from the
-    event's lists when first read. Made by ``of``, never by the dataclass ``__init__``."""
+    event's lists when first read. Made by ``of``, never by the dataclass ``__init__``.
+
+    Given the line the event was read from and a way to read it again (the live reader's), it
+    keeps the line instead of the decoded lists: bytes, which the garbage collector never
+    walks, where the lists were a hundred thousand objects a pass that every full collection
+    walked again. The sizes the saved panel sums are kept as a number."""
 
     _raw: tuple[Any, Any, Any]
+    _line: tuple[bytes, Callable[[bytes], Mapping[str, Any] | None]] | None
 
     @classmethod
     def of(cls, index: int, step: int, node_id: int, name: str, error: str | None,
-           event: Any) -> LazyRecord:
+           event: Mapping[str, Any],
+           line: tuple[bytes, Callable[[bytes], Mapping[str, Any] | None]] | None = None,
+           ) -> LazyRecord:
         record = object.__new__(cls)
-        record.__dict__.update(index=index, step=step, id=node_id, name=name, error=error,
-                               _raw=(event.get("grad_outputs"), event.get("grad_inputs"),
-                                     event.get("saved")))
+        fields = record.__dict__
+        fields.update(index=index, step=step, id=node_id, name=name, error=error, _line=line)
+        if line is None:
+            fields["_raw"] = (event.get("grad_outputs"), event.get("grad_inputs"),
+                              event.get("saved"))
+        else:
+            fields["_bytes"] = _saved_bytes(event.get("saved"))
         return record
+
+    def _lists(self) -> tuple[Any, Any, Any]:
+        raw = self.__dict__.get("_raw")
+        if raw is None:
+            line, reread = self._line  # type: ignore[misc]
+            event = reread(line)
+            raw = (None, None, None) if event is None else (
+                event.get("grad_outputs"), event.get("grad_inputs"), event.get("saved"))
+            self.__dict__["_raw"] = raw
+        return raw
 
     @cached_property
     def grad_outputs(self) -> tuple[Summary | None, ...]:  # type: ignore[override]
         try:
-            return _summaries(self._raw[0])
+            return _summaries(self._lists()[0])
         except SHAPE_ERRORS:  # what the schema check let through and still does not read
             return ()
 
     @cached_property
     def grad_inputs(self) -> tuple[Summary | None, ...] | None:  # type: ignore[override]
-        raw = self._raw[1]
+        raw = self._lists()[1]
         try:
             return _summaries(raw) if isinstance(raw, (list, tuple)) else None
         except SHAPE_ERRORS:
@@ -83,14 +108,21 @@ class LazyRecord(NodeRecord):
     @cached_property
     def saved(self) -> tuple[SavedInfo, ...]:  # type: ignore[override]
         try:
-            return saved_infos(self._raw[2])
+            return saved_infos(self._lists()[2])
         except SHAPE_ERRORS:
             return ()
 
     @property
     def saved_bytes(self) -> int:
-        """What ``saved`` sums to, read from the raw list while it is not made yet."""
-        if "saved" in self.__dict__ or isinstance(self._raw[2], tuple):  # made already
-            return super().saved_bytes
-        return sum(_bytes(item.get("bytes")) for item in _tuple(self._raw[2])
-                   if isinstance(item, dict))
+        """What ``saved`` sums to, without making it."""
+        fields = self.__dict__
+        if "_bytes" in fields:
+            return fields["_bytes"]
+        raw = fields["_raw"][2]
+        return super().saved_bytes if isinstance(raw, tuple) else _saved_bytes(raw)
+
+
+def _saved_bytes(saved: Any) -> int:
+    if isinstance(saved, tuple):  # made already (a replay's)
+        return sum(s.bytes for s in saved)
+    return sum(_bytes(item.get("bytes")) for item in _tuple(saved) if isinstance(item, dict))
