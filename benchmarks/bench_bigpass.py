@@ -18,8 +18,10 @@ q <= 0.5 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -58,6 +60,13 @@ def until_screen(ui: Pty, pattern: str, timeout: float = 300.0) -> float:
     raise TimeoutError(f"{pattern!r} never appeared:\n{ui.screen.text()}")
 
 
+def drain(fd: int, seconds: float) -> None:
+    """Read and drop what the pty has, waiting at most ``seconds`` for it."""
+    if select.select([fd], [], [], seconds)[0]:
+        with contextlib.suppress(OSError):
+            os.read(fd, 65536)
+
+
 def stop_of(number: int) -> str:
     return rf" pass {number} .*stopped:"
 
@@ -82,7 +91,9 @@ def live(env: dict[str, str], cwd: str) -> dict[str, float]:
             if os.waitpid(ui.pid, os.WNOHANG)[0]:
                 ui.status = 0
                 break
-            time.sleep(0.002)
+            # read what it writes on the way out (its last frame, the console's lines): a
+            # full pty blocks the UI's exit, and q measured 60 s, the wait's limit
+            drain(ui.fd, 0.002)
         q = time.time() - t
     finally:
         ui.kill()

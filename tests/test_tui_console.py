@@ -13,7 +13,8 @@ from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.status import StatusLine
 from backstep.tui.runtime.leave_output import last_screenful
-from tests.test_tui import make_app, pilot, screen_text
+from tests.test_tui import make_app, pilot, screen_text, settle
+from tests.tui_fixtures import after_stop
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
 ids = [f"{w}x{h}" for w, h in SIZES]
@@ -81,6 +82,31 @@ async def test_the_console_takes_the_rows_its_output_needs(size: tuple[int, int]
         text = screen_text(app)
         assert "output line 39" in text and f"output line {39 - most + 1}" in text
         assert app.query_one(StatusLine).region.bottom == size[1]
+
+
+@pilot
+async def test_while_the_script_runs_the_console_keeps_its_rows_and_grows_at_the_stop() -> None:
+    """Output printed while nothing is stopped scrolls in the rows the console has: a row more
+    would lay out and redraw every panel above it, once a printed line, through a whole pass."""
+    app, link = make_app()
+    async with app.run_test(size=(140, 42)) as pilot:
+        await pilot.pause()
+        console, graph = app.query_one(ConsolePanel), app.query_one("#graph")
+        link.app = None  # the script runs on: no stop comes until the test feeds one
+        await pilot.press("n")
+        assert app.waiting
+        rows, above = console.region, graph.region
+        for i in range(3):
+            console.write(f"output line {i}\n")
+        await settle(pilot)
+        assert (console.region, graph.region) == (rows, above)
+        assert "output line 2" in screen_text(app)  # the newest line in view
+        for event in after_stop(1, link.events):  # the next stop: the console grows
+            app.reader.feed(event)
+        await settle(pilot)
+        assert not app.waiting
+        assert console.region.height == 5  # its three lines and the border
+        assert graph.region.height == above.height - 2
 
 
 @pytest.mark.parametrize("size", SIZES, ids=ids)

@@ -29,6 +29,7 @@ class Channel:
         self._send_lock = threading.Lock()
         self.closed = False
         self.abandoned = False
+        self.last_line = b""  # the line ``receive`` read last
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send one message; False (never an exception) once the peer is gone."""
@@ -48,7 +49,9 @@ class Channel:
                 return False
 
     def receive(self) -> dict[str, Any] | None:
-        """The next message, or None at end of stream. Raises ProtocolError for garbage."""
+        """The next message, or None at end of stream. Raises ProtocolError for garbage.
+        ``last_line`` is the line it was read from."""
+        self.last_line = b""
         try:
             line = self._file.readline(self.max_line + 1)
         except (OSError, ValueError):
@@ -59,6 +62,13 @@ class Channel:
         if len(line) > self.max_line and not line.endswith(b"\n"):
             self._discard_rest_of_line()
             raise protocol.ProtocolError(f"message longer than {self.max_line} bytes")
+        message = self.parse(line)
+        self.last_line = line
+        return message
+
+    def parse(self, line: bytes) -> Any:
+        """One line as ``receive`` reads it: decoded, and made printable when ``shown`` (the
+        UI's reader keeps a node event's line and reads it again when a panel wants it)."""
         message = protocol.decode(line)
         if self.shown and safe_text.suspect(line):
             try:

@@ -218,6 +218,8 @@ class BackstepApp(PlainText, Commands, Navigation, BreakpointActions, Expression
         elif new_stop and self._diagnosis_new:
             self._focus_diagnosis()
         self._refresh_details()
+        if not self.waiting:  # stopped or ended: the console takes the rows its lines need
+            self.query_one(ConsolePanel).release_height()
 
     @on(ConsoleOutput)
     def _console(self, message: ConsoleOutput) -> None:
@@ -282,6 +284,7 @@ class BackstepApp(PlainText, Commands, Navigation, BreakpointActions, Expression
         if unreported and self.gone is not None:
             self.query_one(ConsolePanel).note(self.gone)
         self.query_one(ConsolePanel).hide_input()
+        self.query_one(ConsolePanel).release_height()
         self._refresh_status()
 
     @on(GraphPanel.NodeChosen)

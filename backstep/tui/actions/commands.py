@@ -62,6 +62,7 @@ class Commands(_App):
             self.review = None
             self.waiting = True
             self._diagnosis_new = False
+            self.query_one(ConsolePanel).hold_height()  # until the next stop (or the end)
             self._refresh_status()
 
     def action_interrupt(self) -> None:

@@ -35,7 +35,7 @@ class OutputLog(Log):
 
     def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
         if not self._returned and "\r" not in data:  # the usual output: in one write
-            super().write(data, scroll_end)
+            self._write(data, scroll_end)
             return self
         for piece in _PIECES.findall(data):
             if piece == "\r":
@@ -45,8 +45,16 @@ class OutputLog(Log):
             if self._returned and not newline and self._lines:
                 self._lines[-1] = ""  # Log.write appends to the last line: it starts afresh
             self._returned = False
-            super().write("\n" if newline else piece, scroll_end)
+            self._write("\n" if newline else piece, scroll_end)
         return self
+
+    def _write(self, data: str, scroll_end: bool | None) -> None:
+        super().write(data, scroll_end)
+        if (self.auto_scroll if scroll_end is None else scroll_end) and \
+                self.scroll_y < self.max_scroll_y:
+            # the first line past its rows: Log scrolled before it had a scrollbar, which is
+            # refused, and a held height (``ConsolePanel.hold_height``) brings no resize
+            self.scroll_end(animate=False, x_axis=False)
 
     def on_resize(self) -> None:
         """It grows with the output (up to its most lines): the last line stays in view."""
@@ -97,6 +105,7 @@ class ConsolePanel(Vertical):
         self.stdin_line = StdinLine(placeholder="the script reads stdin: type a line, enter "
                                     "sends it, ctrl+d ends the input", id="console-input")
         self.stdin_closed = False
+        self._held = False  # the script runs: the log keeps its rows (``hold_height``)
         self.expression_line = ExpressionLine(id="console-expression", classes="console-line")
 
     def compose(self) -> ComposeResult:
@@ -129,6 +138,27 @@ class ConsolePanel(Vertical):
 
     def write(self, text: str) -> None:
         self.log_view.write(safe_text.script_output(text))
+
+    def hold_height(self) -> None:
+        """While the script runs, the log keeps the rows it has and scrolls in them: a row
+        more would lay the whole screen out again, every panel above one row shorter and
+        drawn anew (the source highlighted again), once a printed line, while nothing in
+        them changes. ``release_height`` (the next stop) lets it grow to what it holds."""
+        self._held = True
+        rows = self.log_view.size.height
+        if rows > 0:
+            self.log_view.styles.max_height = rows
+
+    def release_height(self) -> None:
+        """Let the log grow again, once the screen that called for it (a stop) is drawn: the
+        layout its new rows bring comes after the stop is on screen, not before."""
+        if self._held:
+            self._held = False
+            self.call_after_refresh(self._release)
+
+    def _release(self) -> None:
+        if not self._held and self.log_view.styles.inline.has_rule("max_height"):
+            self.log_view.styles.max_height = None  # back to the stylesheet's
 
     def note(self, text: str) -> None:
         """A line from backstep itself, not the script."""

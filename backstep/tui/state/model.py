@@ -8,12 +8,13 @@ of each log it may see, so making one costs O(1) even on a 10,000-node graph.
 
 from __future__ import annotations
 
-import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from backstep.tui.state.node_record import LazyRecord
+from backstep.tui.state.node_record import saved_infos as _saved
 from backstep.tui.state.pass_log import PassLog
 from backstep.tui.state.records import (
     SEVERITIES,
@@ -22,9 +23,7 @@ from backstep.tui.state.records import (
     ExitInfo,
     Graph,
     LivePass,
-    NodeRecord,
     Related,
-    SavedInfo,
     SessionInfo,
     Stop,
     Waiting,
@@ -39,36 +38,12 @@ from backstep.tui.state.records import (
 from backstep.tui.state.records import evolve as replace
 from backstep.tui.state.snapshot import LeafNorms, PassView, Snapshot
 from backstep.tui.text import region
-from backstep.tui.text.format import scalar_text
 
 # ``p`` in a live session looks back into ended passes: their logs are kept, up to this many
 # node records and accumulations in all, the oldest pass dropped first
 REVIEW_EVENTS = 20_000
-
-
-def _saved(value: Any) -> tuple[SavedInfo, ...]:
-    if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
-        return value
-    items = []
-    for raw in _tuple(value):
-        if not isinstance(raw, dict):
-            continue
-        version = raw.get("version") if isinstance(raw.get("version"), dict) else {}
-        shape = raw.get("shape")
-        size = raw.get("bytes")
-        items.append(
-            SavedInfo(
-                name=sys.intern(str(raw.get("name", "?"))),
-                status=sys.intern(str(raw.get("status", "alive"))),
-                shape=tuple(shape) if isinstance(shape, list) else None,
-                dtype=sys.intern(raw["dtype"]) if isinstance(raw.get("dtype"), str) else None,
-                bytes=size if isinstance(size, int) and not isinstance(size, bool) else 0,
-                version_saved=version.get("saved") if isinstance(version.get("saved"), int) else None,
-                version_now=version.get("now") if isinstance(version.get("now"), int) else None,
-                value=scalar_text(raw["value"]) if "value" in raw else None,
-            )
-        )
-    return tuple(items)
+# what a handler returns when it changed the model and the snapshot is made later (``_settle``)
+_SETTLE_LATER = Snapshot()
 
 
 def _related(value: Any) -> tuple[Related, ...]:
@@ -109,24 +84,51 @@ class SessionModel:
         self._kept: deque[PassView] = deque()
         self._kept_events = 0
         self.review_cap = REVIEW_EVENTS
+        # reads a node event again from its line (the live reader's channel): records keep
+        # the line, not the decoded event, when one is given
+        self.reread: Callable[[bytes], Mapping[str, Any] | None] | None = None
+        # pass -> records its view will see: node events applied and not yet in a snapshot
+        self._pending: dict[int, int] = {}
 
     def snapshot(self) -> Snapshot:
+        if self._pending:
+            self._settle()
         return self._snap
 
-    def apply(self, event: Mapping[str, Any]) -> bool:
-        """Fold one event in; True if it changed what the UI shows. Never raises on bad input."""
+    @property
+    def stop(self) -> Stop | None:
+        """The shown stop, as ``snapshot().stop`` (node events never change it: no snapshot
+        is made for the question)."""
+        return self._snap.stop
+
+    def apply(self, event: Mapping[str, Any], line: bytes | None = None) -> bool:
+        """Fold one event in; True if it changed what the UI shows. Never raises on bad input.
+        ``line``: the text it was read from, if ``reread`` can read it again."""
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
         if handler is None:
             return False
+        if self._pending and kind != "node":
+            self._settle()  # every other event sees (and builds on) the nodes before it
         try:
-            new = handler(event)
+            new = self._on_node(event, line) if kind == "node" else handler(event)
         except (TypeError, ValueError, KeyError, AttributeError):
             return False  # a malformed event: ignore it, keep the last good state
         if new is None:
             return False
-        self._snap = replace(new, seq=self._snap.seq + 1)
+        if new is not _SETTLE_LATER:
+            self._snap = replace(new, seq=self._snap.seq + 1)
         return True
+
+    def _settle(self) -> None:
+        """One snapshot for the node events applied since the last: each node made a new view
+        and two snapshots (four copies), 6,380 a pass that ``f`` runs through unseen."""
+        pending, self._pending = self._pending, {}
+        for pass_number, done in pending.items():
+            view = self._views.get(pass_number)
+            if view is not None:
+                self._snap = self._update(replace(view, done=done), running=True)
+        self._snap = replace(self._snap, seq=self._snap.seq + 1)
 
     def _on_session(self, ev: Mapping[str, Any]) -> Snapshot:
         info = SessionInfo(
@@ -209,29 +211,25 @@ class SessionModel:
         )
         return replace(snap, live=live)
 
-    def _on_node(self, ev: Mapping[str, Any]) -> Snapshot | None:
+    def _on_node(self, ev: Mapping[str, Any], line: bytes | None = None) -> Snapshot | None:
         view = self._current_pass(ev)
         if view is None or not isinstance(ev.get("id"), int):
             return None
         node_id = ev["id"]
         log = view.log
-        if node_id in log.records and log.records[node_id].index < view.done:
+        done = self._pending.get(view.number, view.done)  # the view as the last node left it
+        if node_id in log.records and log.records[node_id].index < done:
             return None  # duplicate
-        grad_inputs = ev.get("grad_inputs")
-        record = NodeRecord(
-            index=len(log.executed),
-            step=int(ev.get("step") or len(log.executed) + 1),
-            id=node_id,
-            name=str(ev.get("name", "?")),
-            grad_outputs=_summaries(ev.get("grad_outputs")),
-            grad_inputs=_summaries(grad_inputs) if isinstance(grad_inputs, (list, tuple)) else None,
-            saved=_saved(ev.get("saved")),
-            error=str(ev["error"]) if ev.get("error") else None,
-        )
-        log.truncate(view.done)  # forget anything a newer snapshot never published
+        # its gradients and saved list are made when first read: mostly never
+        step = int(ev.get("step") or done + 1)
+        record = LazyRecord.of(done, step, node_id, str(ev.get("name", "?")),
+                               str(ev["error"]) if ev.get("error") else None, ev,
+                               (line, self.reread) if line and self.reread else None)
+        log.truncate(done)  # forget anything a newer snapshot never published
         log.executed.append(node_id)
         log.records[node_id] = record
-        return self._update(replace(view, done=len(log.executed)), running=True)
+        self._pending[view.number] = done + 1  # the view and snapshot: made by ``_settle``
+        return _SETTLE_LATER
 
     def _on_region(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)

@@ -41,7 +41,7 @@ class PassLog:
         nodes = graph.nodes
         for i in range(len(saved) - 1, done):
             node_id = executed[i]
-            saved.append(saved[-1] + sum(s.bytes for s in records[node_id].saved))
+            saved.append(saved[-1] + records[node_id].saved_bytes)
             info = nodes.get(node_id)
             listed.append(listed[-1] + (info.saved_bytes or 0 if info is not None else 0))
         if self._listed_total is None:

@@ -139,6 +139,11 @@ class NodeRecord:
     saved: tuple[SavedInfo, ...]
     error: str | None
 
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes its saved tensors held."""
+        return sum(s.bytes for s in self.saved)
+
 
 @dataclass(frozen=True)
 class Accumulation:
