@@ -26,27 +26,30 @@ from backstep import protocol
 
 _INT = rb"(?:0|[1-9][0-9]{0,14})"  # at most 15 digits: within the schema's 2**53
 # a JSON number as ``json`` reads it; an int part of at most 19 digits stays within 2**64
-_NUM = rb"-?(?:0|[1-9][0-9]{0,18})(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+_NUM = rb"-?(?:0|[1-9][0-9]{0,18})(?:\.[0-9]+)?+(?:[eE][-+]?[0-9]+)?+"
 _NUMBER = rb'(?:' + _NUM + rb'|null|"nan"|"inf"|"-inf")'
 _SCALAR = rb"(?:" + _NUMBER + rb"|true|false)"
 _WORD = rb'"[A-Za-z0-9_]{1,64}"'  # a dtype, a status, a saved tensor's name
-_INTS = rb"\[(?:" + _INT + rb"(?:," + _INT + rb")*)?\]"
+_INTS = rb"\[(?:" + _INT + rb"(?:," + _INT + rb")*+)?+\]"
+# every repeat is possessive (``*+``, ``?+``): the grammar never needs to take one back, as
+# each item starts with its own key or character, and not remembering where to costs less
 _SUMMARY = (
     rb'\{"shape":(?:' + _INTS + rb'|null),"dtype":(?:' + _WORD + rb'|null)'
-    rb'(?:,"device":"[a-z0-9_:]{1,32}")?'
+    rb'(?:,"device":"[a-z0-9_:]{1,32}")?+'
     rb',"min":' + _NUMBER + rb',"max":' + _NUMBER + rb',"mean":' + _NUMBER
-    + rb',"norm":' + _NUMBER + rb'(?:,"nonfinite":' + _INT + rb')?'
-    rb'(?:,"values":\[(?:' + _SCALAR + rb'(?:,' + _SCALAR + rb')*)?\])?\}'
+    + rb',"norm":' + _NUMBER + rb'(?:,"nonfinite":' + _INT + rb')?+'
+    rb'(?:,"values":\[(?:' + _SCALAR + rb'(?:,' + _SCALAR + rb')*+)?+\])?+\}'
 )
-_SUMMARIES = (rb"(?:\[(?:(?:" + _SUMMARY + rb"|null)(?:,(?:" + _SUMMARY + rb"|null))*)?\]"
+_SUMMARIES = (rb"(?:\[(?:(?:" + _SUMMARY + rb"|null)(?:,(?:" + _SUMMARY + rb"|null))*+)?+\]"
               rb"|null)")
 _SAVED_ONE = (
-    rb'\{"name":' + _WORD + rb'(?:,"status":' + _WORD + rb')?(?:,"shape":(?:' + _INTS
-    + rb'|null))?(?:,"dtype":(?:' + _WORD + rb'|null))?(?:,"bytes":' + _INT + rb')?'
-    rb'(?:,"version":(?:\{"saved":' + _INT + rb',"now":' + _INT + rb'\}|null))?'
-    rb'(?:,"value":(?:' + _SCALAR + rb'|\[(?:' + _SCALAR + rb'(?:,' + _SCALAR + rb')*)?\]))?\}'
+    rb'\{"name":' + _WORD + rb'(?:,"status":' + _WORD + rb')?+(?:,"shape":(?:' + _INTS
+    + rb'|null))?+(?:,"dtype":(?:' + _WORD + rb'|null))?+(?:,"bytes":' + _INT + rb')?+'
+    rb'(?:,"version":(?:\{"saved":' + _INT + rb',"now":' + _INT + rb'\}|null))?+'
+    rb'(?:,"value":(?:' + _SCALAR + rb'|\[(?:' + _SCALAR + rb'(?:,' + _SCALAR
+    + rb')*+)?+\]))?+\}'
 )
-_SAVED = rb"(?:\[(?:" + _SAVED_ONE + rb"(?:," + _SAVED_ONE + rb")*)?\]|null)"
+_SAVED = rb"(?:\[(?:" + _SAVED_ONE + rb"(?:," + _SAVED_ONE + rb")*+)?+\]|null)"
 _LINE = re.compile(
     rb'\{"event":"node","pass":(' + _INT + rb'),"step":(' + _INT + rb'),"id":(' + _INT
     + rb'),"name":"([A-Za-z_][A-Za-z0-9_]{0,199})","grad_outputs":' + _SUMMARIES
