@@ -20,6 +20,7 @@ from backstep.traces.schema import check
 from backstep.tui.runtime.reader import Reader
 from backstep.tui.state import node_line
 from backstep.tui.state.node_record import _saved_bytes
+from tests.test_tui_node_events import Lines
 from tests.tui_fixtures import chain_pass, summary
 
 FIELDS = {"event", "pass", "step", "id", "name", "error"}
@@ -193,8 +194,8 @@ def test_random_damage_never_makes_the_short_read_differ() -> None:
     assert taken > 100  # some damage (a digit for a digit) leaves a line of the same form
 
 
-class Fed:
-    """A channel's reading side over fixed lines, with or without ``receive_line``."""
+class Fed(Lines):
+    """A channel's reading side over fixed lines, counting the lines read in full."""
 
     def __init__(self, lines: list[bytes]) -> None:
         self.lines = list(lines)
@@ -203,16 +204,12 @@ class Fed:
 
     def parse(self, line: bytes) -> Any:
         self.parsed += 1
-        return protocol.decode(line)
-
-    def receive(self) -> dict[str, Any] | None:
-        if not self.lines:
-            return None
-        self.last_line = self.lines.pop(0)
-        return self.parse(self.last_line)
+        return super().parse(line)
 
 
 class FedLines(Fed):
+    """The same with ``receive_line``, as ``Channel`` has it."""
+
     def receive_line(self) -> bytes | None:
         return self.lines.pop(0) if self.lines else None
 
