@@ -7,7 +7,9 @@ It measures, from the script's own ``BENCH`` lines and the screen:
 - first stop: launch to the first stop on screen, against plain launch to the first backward;
 - ``f`` at pass 1's start to pass 2's stop, ``c`` at pass 2's start to pass 3's stop, against
   the same closure-to-closure time plain and under ``trace`` (which records every node too);
-- ``q`` at a stop to the UI's exit.
+- ``q`` at a stop to the UI's exit;
+- the UI process's CPU seconds during ``f`` and ``c`` (on a shared machine, what it spends while
+  the script runs delays the script).
 
     python benchmarks/bench_bigpass.py [--passes 4] [--n 97] [--l 199]
 
@@ -67,6 +69,16 @@ def drain(fd: int, seconds: float) -> None:
             os.read(fd, 65536)
 
 
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far, its children apart: on
+    a shared machine every second the UI spends while the script runs delays the script."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_of(number: int) -> str:
     return rf" pass {number} .*stopped:"
 
@@ -78,12 +90,14 @@ def live(env: dict[str, str], cwd: str) -> dict[str, float]:
     ui = Pty([*os.environ.get("BENCH_UIPROF", "").split(), "-m", "backstep", "run", str(WORKLOAD)], Path(cwd))
     try:
         first = until_screen(ui, stop_of(1)) - t0
-        t = time.time()
+        t, cpu = time.time(), cpu_of(ui.pid)
         ui.press("f")
         f = until_screen(ui, stop_of(2)) - t
-        t = time.time()
+        f_cpu = cpu_of(ui.pid) - cpu
+        t, cpu = time.time(), cpu_of(ui.pid)
         ui.press("c")
         c = until_screen(ui, stop_of(3)) - t
+        c_cpu = cpu_of(ui.pid) - cpu
         t = time.time()
         ui.press("q")
         end = time.monotonic() + 60
@@ -97,7 +111,7 @@ def live(env: dict[str, str], cwd: str) -> dict[str, float]:
         q = time.time() - t
     finally:
         ui.kill()
-    return {"first": first, "f": f, "c": c, "q": q}
+    return {"first": first, "f": f, "c": c, "q": q, "f_cpu": f_cpu, "c_cpu": c_cpu}
 
 
 def main() -> int:
@@ -136,6 +150,7 @@ def main() -> int:
         base_s = f"{base:8.2f}" if base is not None else f"{'':8}"
         print(f"{name:24} {value:7.2f} {base_s} {ratio} {target:9.2f}  "
               f"{'PASS' if ok else 'FAIL'}  ({why})")
+    print(f"UI process CPU (s): f {run['f_cpu']:.2f}, c {run['c_cpu']:.2f}")
     return 0 if ok_all else 1
 
 

@@ -22,6 +22,7 @@ from backstep.trace_form import expand
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.runtime import reader as reader_module
 from backstep.tui.runtime.reader import Reader
+from backstep.tui.state.node_line import NodeFields
 from tests.tui_fixtures import summary, transformer_pass
 
 NODES = 6_000
@@ -165,7 +166,7 @@ def test_the_batch_arrives_over_a_socket_as_separate_messages() -> None:
 def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
     """A batch is written as a trace file has it (defaults left out, ``trace_form``): the
     reader gives the panels whole events, a saved tensor's status and a summary's device
-    included."""
+    included (a node event read short, ``node_line``, when its record reads its line)."""
     a, b = socket.socketpair()
     begin = transformer_pass(20)
     events = node_events(begin, 3)
@@ -173,11 +174,16 @@ def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
                            "bytes": 12, "version": None}]
     emit_all(ChannelSink(Channel(a)), [dict(event) for event in events])
     a.close()
-    fed: list[dict[str, Any]] = []
+    fed: list[tuple[dict[str, Any], bytes | None]] = []
     reader = Reader(lambda message: None)
-    reader.feed = fed.append  # type: ignore[method-assign]
+    reader.feed = lambda event, line=None: fed.append((event, line))  # type: ignore[method-assign]
     reader.run(Channel(b))
-    assert fed == events
+    reread = reader.model.reread
+    assert reread is not None
+    short = [line for event, line in fed if type(event) is NodeFields]
+    assert len(short) == len(events) and all(line for line in short)
+    assert [reread(line) for line in short] == events
+    assert all(event.items() <= whole.items() for (event, _), whole in zip(fed, events, strict=True))
 
 
 def test_a_pass_begin_goes_out_as_its_listing_text_and_reads_back_whole() -> None:

@@ -52,6 +52,16 @@ class Channel:
         """The next message, or None at end of stream. Raises ProtocolError for garbage.
         ``last_line`` is the line it was read from."""
         self.last_line = b""
+        line = self.receive_line()
+        if line is None:
+            return None
+        message = self.parse(line)
+        self.last_line = line
+        return message
+
+    def receive_line(self) -> bytes | None:
+        """The next line as it came, not decoded (``parse`` decodes it as ``receive`` does),
+        or None at end of stream. Raises ProtocolError for a line over ``max_line``."""
         try:
             line = self._file.readline(self.max_line + 1)
         except (OSError, ValueError):
@@ -62,9 +72,7 @@ class Channel:
         if len(line) > self.max_line and not line.endswith(b"\n"):
             self._discard_rest_of_line()
             raise protocol.ProtocolError(f"message longer than {self.max_line} bytes")
-        message = self.parse(line)
-        self.last_line = line
-        return message
+        return line
 
     def parse(self, line: bytes) -> Any:
         """One line as ``receive`` reads it: decoded, and made printable when ``shown`` (the

@@ -32,6 +32,7 @@ from backstep.tui.messages import (
     SnapshotReady,
     TensorAnswer,
 )
+from backstep.tui.state import node_line
 from backstep.tui.state.model import SessionModel
 
 URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis",
@@ -143,13 +144,23 @@ class Reader:
         A source that can parse a line again (``Channel``: ``last_line``, ``parse``) lets the
         model keep a node event as that line, read again (and checked again) when a panel
         wants it: kept decoded, a pass's node events are ~100,000 objects that every full
-        garbage collection walked, most of the reader's time on a 6,380-node pass."""
+        garbage collection walked, most of the reader's time on a 6,380-node pass. One that
+        also hands over its lines (``receive_line``) has a node event in the recorder's own
+        form read without decoding it (``node_line``): decoding and checking it in full was
+        most of what was left."""
         parse = getattr(source, "parse", None)
+        lines = None
         if callable(parse):
             self.model.reread = lambda line: _reread(parse, line)
+            lines = getattr(source, "receive_line", None)
         while True:
+            line: bytes | None = None
             try:
-                event = source.receive()
+                if callable(lines):
+                    line = lines()
+                    event = None if line is None else node_line.read(line) or parse(line)
+                else:
+                    event = source.receive()
             except protocol.ProtocolError as exc:
                 self.post(ServerError(f"unreadable message from the debuggee: {exc}"))
                 continue
@@ -158,14 +169,15 @@ class Reader:
                 break
             if event is None:
                 break
-            if isinstance(event, dict):  # node events come in batches written as a file has
-                event = expand(event)  # them (``trace_form``): the defaults put back
-            malformed = check(event)
-            if malformed is not None:  # a peer's event the panels cannot read: said, skipped
-                self.post(ServerError(f"malformed event from the debuggee: {malformed}"))
-                continue
+            if type(event) is not node_line.NodeFields:  # read in full: checked here
+                if isinstance(event, dict):  # node events come in batches written as a file
+                    event = expand(event)  # has them (``trace_form``): the defaults put back
+                malformed = check(event)
+                if malformed is not None:  # a peer's event the panels cannot read: skipped
+                    self.post(ServerError(f"malformed event from the debuggee: {malformed}"))
+                    continue
             try:
-                self.feed(event, getattr(source, "last_line", None) or None)
+                self.feed(event, line or getattr(source, "last_line", None) or None)
             except Exception as exc:  # noqa: BLE001
                 self.post(ServerError(f"could not show event {event.get('event')!r}: {exc!r}"))
         self.flush(force=True)

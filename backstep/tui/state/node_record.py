@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
+from backstep.tui.state.node_line import saved_bytes
 from backstep.tui.state.records import NodeRecord, SavedInfo, Summary, _summaries, _tuple
 from backstep.tui.text.format import scalar_text
 
@@ -77,7 +78,8 @@ class LazyRecord(NodeRecord):
             fields["_raw"] = (event.get("grad_outputs"), event.get("grad_inputs"),
                               event.get("saved"))
         else:
-            fields["_bytes"] = _saved_bytes(event.get("saved"))
+            size = saved_bytes(event)  # read from the line with the other fields, or None
+            fields["_bytes"] = _saved_bytes(event.get("saved")) if size is None else size
         return record
 
     def _lists(self) -> tuple[Any, Any, Any]:
