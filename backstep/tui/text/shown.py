@@ -16,9 +16,11 @@ from typing import Any
 from rich.segment import Segment
 from textual.app import App
 from textual.color import Color
+from textual.driver import Driver
 from textual.filter import LineFilter
 
 from backstep import safe_text
+from backstep.tui.runtime.whole_writes import driver_class
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -43,12 +45,17 @@ class ControlGuard(LineFilter):
 
 
 class PlainText(App[Any]):
-    """The app's half: notifications are text, never markup, and every line drawn passes the
-    control guard."""
+    """The app's half: notifications are text, never markup, every line drawn passes the
+    control guard, and every frame reaches the terminal whole."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.control_guard = ControlGuard()
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, its frames written whole (``whole_writes``: a frame cut short
+        left stale rows on screen)."""
+        return driver_class(super().get_driver_class())
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
