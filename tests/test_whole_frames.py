@@ -104,6 +104,11 @@ def test_whole_keeps_the_stream_s_encoding_and_leaves_a_stand_in() -> None:
     assert whole(stand_in) is stand_in
 
 
+def test_windows_keeps_its_console_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "name", "nt")
+    assert whole(sys.__stderr__) is sys.__stderr__
+
+
 def test_the_app_s_driver_writes_frames_whole() -> None:
     app = BackstepApp()
     cls = app.driver_class

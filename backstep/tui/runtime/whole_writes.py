@@ -78,8 +78,9 @@ class WholeWrites(io.TextIOBase):
 
 def whole(stream: Any) -> Any:
     """``stream`` as a ``WholeWrites`` on its descriptor; ``stream`` itself when it has no
-    descriptor (a test's stand-in, a stream already closed)."""
-    if isinstance(stream, WholeWrites):
+    descriptor (a test's stand-in, a stream already closed), and on Windows, whose console
+    takes text through its own stream, not bytes through a descriptor."""
+    if isinstance(stream, WholeWrites) or os.name != "posix":
         return stream
     try:
         fd = stream.fileno()
