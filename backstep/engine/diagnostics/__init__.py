@@ -80,17 +80,33 @@ class Diagnostician:
         local.busy, local.pending = True, []
         quiet = self._rules.quiet_nodes
         lock = self._lock
+        pending = local.pending
+
+        def accumulate(event: dict[str, Any]) -> bool | None:
+            """An ``accumulate`` event met by ``quiet`` (under the lock), analysed as below;
+            False when that set something off, to be followed before the next event."""
+            if pending:
+                return None  # what is pending goes first, in order
+            try:
+                self._accumulate(event)
+            except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                pass
+            return not pending
+
         try:
             start, count = 0, len(events)
             while start < count:
                 try:
                     with lock:
-                        end = quiet(events, start)  # node events that find nothing, at once
+                        # node events that find nothing, and leaves' accumulations, at once
+                        end = quiet(events, start, accumulate)
                 except Exception:  # noqa: BLE001 - analysed one by one instead
                     end = start
                 if end > start:
                     out += events[start:end]
                     start = end
+                    if pending:  # set off by the last one, an accumulation analysed already
+                        self._follow(events[end - 1], out.append, _NOTHING)
                     continue
                 event = events[start]
                 start += 1
