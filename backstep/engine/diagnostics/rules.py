@@ -147,12 +147,13 @@ class EventRules:
         return found
 
     def quiet_nodes(self, events: list[dict[str, Any]], start: int,
-                    accumulate: Callable[[dict[str, Any]], bool | None] | None = None) -> int:
+                    accumulate: Callable[[int], bool | None] | None = None) -> int:
         """Analyse the node events from ``start`` on that find nothing (the common case) as
         ``node`` does; return the index of the first event that is not one, unanalysed.
-        ``accumulate``: analyses an ``accumulate`` event on the way (a pass's leaves come
-        between its nodes) and says whether the run goes on: True; False, it ends after that
-        event (what it set off is followed first); None, it ends before it, unanalysed."""
+        ``accumulate(index)``: analyses the ``accumulate`` event at ``index`` on the way (a
+        pass's leaves come between its nodes) and says whether the run goes on: True; False,
+        it ends after that event (what it set off is followed first); None, it ends before
+        it, unanalysed."""
         passes, cache, count = self.passes, self._statuses, len(events)
         number: Any = _UNSEEN  # the pass of the events before, and its info: read once a run
         info: PassInfo | None = None
@@ -163,7 +164,7 @@ class EventRules:
             kind = get("event")
             if kind != "node" or get("error"):
                 if kind == "accumulate" and accumulate is not None:
-                    went_on = accumulate(event)
+                    went_on = accumulate(i)
                     if went_on is not None:  # analysed: the run goes on, or ends after it
                         i += 1
                         if went_on:
