@@ -241,3 +241,4 @@ def test_float32_values_round_exactly_as_before() -> None:
         assert repr(_round(x, torch.complex64)) == repr(want), x
         if math.isfinite(x):
             assert repr(round_single(x)) == repr(want), x
+            assert repr(round_single(x, float(format(x, ".8g")))) == repr(want), x

@@ -32,11 +32,12 @@ def _round(x: float, dtype: torch.dtype) -> float | str:
     return x
 
 
-def round_single(x: float) -> float:
+def round_single(x: float, eight: float | None = None) -> float:
     """``_round`` of a finite float for float32: a float32 value's shortest form of 6 to 8
     digits that reads back the same, else 9 digits. Every summary value of a float32 tensor
     comes here: the specs are constants and the packers bound (a third faster than building
-    ``f"{x:.{digits}g}"`` and looking the packer up each time)."""
+    ``f"{x:.{digits}g}"`` and looking the packer up each time). ``eight``:
+    ``float(format(x, ".8g"))`` when the caller has it already (a float32 statistic)."""
     if _unpack(_pack(x))[0] == x:
         short = float(format(x, ".6g"))
         if _unpack(_pack(short))[0] == x:
@@ -44,7 +45,7 @@ def round_single(x: float) -> float:
         short = float(format(x, ".7g"))
         if _unpack(_pack(short))[0] == x:
             return short
-        short = float(format(x, ".8g"))
+        short = float(format(x, ".8g")) if eight is None else eight
         if _unpack(_pack(short))[0] == x:
             return short
     return float(format(x, ".9g"))

@@ -59,7 +59,7 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         return []
     head = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
             else f',"dtype":"{dtype_name}","device":"{device_name}",')
-    single = dtype == torch.float32
+    single = dtype == torch.float32 and spec == ".8g"  # ``shown`` is round_single's eight
     done = []
     for k, n in enumerate(numels):
         if n != 1:
@@ -70,7 +70,7 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         if shown - shown != 0.0:  # not finite (nor, then, is ``v``): the general path's
             continue
         # as ``_values`` writes a floating value (``_round``; ``v`` is finite here)
-        value = round_single(v) if single else _round(v, dtype)
+        value = round_single(v, shown) if single else _round(v, dtype)
         size = t.shape
         text = repr(shown)
         out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,
