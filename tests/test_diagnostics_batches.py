@@ -89,3 +89,65 @@ def test_a_batch_is_diagnosed_as_its_events_one_by_one(set_off: bool) -> None:
     batched = _run(batched=True, set_off=set_off)
     assert [e["event"] for e in batched] == [e["event"] for e in one_by_one]
     assert batched == one_by_one
+
+
+def _random_passes(seed: int) -> list[tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]]:
+    """Passes of random node and accumulate events: non-finite counts (known, unknown, none),
+    roots, saved tensors alive, freed or modified, errors, leaves zeroed or not."""
+    import random
+
+    rng = random.Random(seed)
+    counts = [0, 0, 0, 1, 3, None]
+    out = []
+    for number in range(1, 13):
+        ids = [100 * number + k for k in range(6)]
+        begin = {"event": "pass_begin", "pass": number, "retain_graph": rng.random() < 0.2,
+                 "caller": CALLER, "roots": [ids[0]],
+                 "nodes": [{"id": i, "name": rng.choice(["MulBackward0", "DivBackward0",
+                                                          "AccumulateGrad"]),
+                            "next": [], "source": {"file": "t.py", "line": i, "code": "x"}}
+                           for i in ids]}
+        batch: list[dict[str, Any]] = []
+        for step, node_id in enumerate(rng.sample(ids, len(ids)), start=1):
+            def summary() -> dict[str, Any] | None:
+                return None if rng.random() < 0.1 else {**FINITE,
+                                                        "nonfinite": rng.choice(counts)}
+            saved = rng.choice([[], [], [{"name": "self", "status": "alive"}],
+                                [{"name": "other", "status": "freed"}],
+                                [{"name": "self", "status": "modified",
+                                  "version": {"saved": 0, "now": 1}}]])
+            batch.append({"event": "node", "pass": number, "step": step, "id": node_id,
+                          "name": "MulBackward0", "grad_outputs": [summary()],
+                          "grad_inputs": [summary(), summary()], "saved": saved,
+                          "error": "boom" if rng.random() < 0.05 else None})
+            if rng.random() < 0.4:
+                leaf = rng.choice(["w", "b", "v"])
+                batch.append({"event": "accumulate", "pass": number, "leaf": leaf,
+                              "id": node_id, "before": rng.choice([None, FINITE,
+                                                                   {**FINITE, "min": 0.0,
+                                                                    "max": 0.0}]),
+                              "after": FINITE, "retained": False,
+                              "version": rng.choice([number, number - 1, None])})
+        end = {"event": "pass_end", "pass": number, "status": "ok", "error": None,
+               "skipped": []}
+        out.append((begin, batch, end))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_batches_are_diagnosed_as_their_events_one_by_one(seed: int) -> None:
+    results = []
+    for batched in (False, True):
+        recorder = ListRecorder()
+        doctor = Diagnostician(recorder)
+        for begin, batch, end in _random_passes(seed):
+            doctor.emit(begin)
+            if batched:
+                doctor.emit_many(batch)
+            else:
+                for event in batch:
+                    doctor.emit(event)
+            doctor.emit(end)
+        results.append(recorder.events)
+    assert results[1] == results[0]
+    assert any(e["event"] == "diagnosis" for e in results[0])
