@@ -165,3 +165,80 @@ def test_few_larger_blocks_read_as_lists_equal_the_kernels(dtype: torch.dtype) -
     for row, want in zip(stats, expected, strict=True):
         got = [row[j] for j in owner]
         assert [repr(g) for g in got] == [repr(w) for w in want]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_written_scalars_leave_the_rest_as_if_added_alone(dtype: torch.dtype) -> None:
+    """Once ``write_scalars`` wrote the one-element tensors, the group keeps the others as if
+    only they had been added (issue 28: without adding them again): views of one block share
+    its reduction, a scalar it could not write (not finite) stays, and every summary is the
+    one the group of the others alone gives."""
+    torch.manual_seed(2)
+    m = torch.randn(4, 5).to(dtype)
+    ones = torch.ones(()).to(dtype).expand(7)  # a sum's gradient: one value, stride 0
+    tensors = [torch.tensor(0.5).to(dtype), m, torch.tensor(math.nan).to(dtype), m.t(),
+               torch.tensor(-0.0).to(dtype), ones, m.reshape(20), torch.randn(30).to(dtype),
+               torch.tensor(-math.inf).to(dtype).reshape(1, 1), m[1], torch.tensor(3.0)
+               .to(dtype)]
+    group = summary_host.HostGroup()
+    for slot, t in enumerate(tensors):
+        group.add(t, slot, t.numel(), 16)
+    direct: list[Any] = [None] * len(tensors)
+    assert group._write_singles(dtype, direct) is False
+    left = [slot for slot, s in enumerate(direct) if s is None]
+    assert left == [1, 2, 3, 5, 6, 7, 8, 9]
+    alone = summary_host.HostGroup()
+    for slot in left:
+        alone.add(tensors[slot], slot, tensors[slot].numel(), 16)
+    for name in ("slots", "numels", "owner", "singles"):
+        assert getattr(group, name) == getattr(alone, name), name
+    assert [r is a for r, a in zip(group.reps, alone.reps, strict=True)] == [True] * 6
+    assert group.unique == alone.unique
+    group.compute(dtype, direct)
+    want: list[Any] = [None] * len(tensors)
+    alone.compute(dtype, want)
+    for slot in left:
+        assert repr(dict(direct[slot])) == repr(dict(want[slot]))
+        assert getattr(direct[slot], "text", None) == getattr(want[slot], "text", None)
+
+
+def _round_float32_as_it_was(x: float) -> float | str:
+    """``rounding._round`` for float32 before issue 28's faster form, kept as the reference."""
+    import struct
+
+    from backstep.protocol import clean_number
+
+    f32 = struct.Struct("f")
+    if not math.isfinite(x):
+        return clean_number(x)
+    if f32.unpack(f32.pack(x))[0] == x:
+        for digits in (6, 7, 8):
+            short = float(f"{x:.{digits}g}")
+            if f32.unpack(f32.pack(short))[0] == x:
+                return short
+    return float(f"{x:.9g}")
+
+
+def test_float32_values_round_exactly_as_before() -> None:
+    """Every float32 value of a summary (``values``) goes through ``round_single``: the same
+    number as the formula it replaced, bit for bit, for random bit patterns (every exponent),
+    powers of two, subnormals, the extremes, zeros of both signs and float64 values that are
+    no float32."""
+    from backstep.engine.rounding import _round, round_single
+
+    gen = torch.Generator().manual_seed(3)
+    bits = torch.randint(-(2**31), 2**31, (60_000,), generator=gen, dtype=torch.int64)
+    values = bits.to(torch.int32).view(torch.float32).tolist()
+    values += [2.0**k for k in range(-149, 128)] + [-(2.0**k) for k in range(-149, 128, 7)]
+    values += [3.4028234663852886e38, -3.4028234663852886e38, 1.1754943508222875e-38, 1e-45,
+               0.0, -0.0, 0.1, 1 / 3, 4.7683716e-07, 6819.1396, 1.0000001, 0.99999994]
+    values += torch.randn(5_000, dtype=torch.float64, generator=gen).tolist()
+    values += [math.inf, -math.inf, math.nan]
+    for x in values:
+        want = _round_float32_as_it_was(x)
+        got = _round(x, torch.float32)
+        assert repr(got) == repr(want), x
+        assert repr(_round(x, torch.complex64)) == repr(want), x
+        if math.isfinite(x):
+            assert repr(round_single(x)) == repr(want), x
+            assert repr(round_single(x, float(format(x, ".8g")))) == repr(want), x

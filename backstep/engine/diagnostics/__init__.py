@@ -80,20 +80,41 @@ class Diagnostician:
         local.busy, local.pending = True, []
         quiet = self._rules.quiet_nodes
         lock = self._lock
+        pending = local.pending
+        done = 0  # events[:done] are in ``out``
+
+        def accumulate(index: int) -> bool | None:
+            """The ``accumulate`` event ``quiet`` met at ``index`` (under the lock), analysed as
+            below, after the events before it and itself are in ``out`` (what its analysis
+            emits comes after them); False when that set something off, to follow at once."""
+            nonlocal done
+            if pending:
+                return None  # what is pending goes first, in order
+            out.extend(events[done : index + 1])
+            done = index + 1
+            try:
+                self._accumulate(events[index])
+            except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                pass
+            return not pending
+
         try:
             start, count = 0, len(events)
             while start < count:
                 try:
                     with lock:
-                        end = quiet(events, start)  # node events that find nothing, at once
+                        # node events that find nothing, and leaves' accumulations, at once
+                        end = quiet(events, start, accumulate)
                 except Exception:  # noqa: BLE001 - analysed one by one instead
-                    end = start
+                    end = done  # from the first one ``quiet`` did not hand on
                 if end > start:
-                    out += events[start:end]
-                    start = end
+                    out += events[done:end]
+                    done = start = end
+                    if pending:  # set off by the last one, an accumulation analysed already
+                        self._follow(events[end - 1], out.append, _NOTHING)
                     continue
                 event = events[start]
-                start += 1
+                done = start = start + 1
                 out.append(event)
                 if event.get("event") == "accumulate" and not local.pending:
                     try:  # never a diagnosis of its own: analysed here, at once

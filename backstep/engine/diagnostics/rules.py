@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from backstep.engine.diagnostics import text
@@ -145,9 +146,14 @@ class EventRules:
             found.append(self._inplace(info, event, modified, error))
         return found
 
-    def quiet_nodes(self, events: list[dict[str, Any]], start: int) -> int:
+    def quiet_nodes(self, events: list[dict[str, Any]], start: int,
+                    accumulate: Callable[[int], bool | None] | None = None) -> int:
         """Analyse the node events from ``start`` on that find nothing (the common case) as
-        ``node`` does; return the index of the first event that is not one, unanalysed."""
+        ``node`` does; return the index of the first event that is not one, unanalysed.
+        ``accumulate(index)``: analyses the ``accumulate`` event at ``index`` on the way (a
+        pass's leaves come between its nodes) and says whether the run goes on: True; False,
+        it ends after that event (what it set off is followed first); None, it ends before
+        it, unanalysed."""
         passes, cache, count = self.passes, self._statuses, len(events)
         number: Any = _UNSEEN  # the pass of the events before, and its info: read once a run
         info: PassInfo | None = None
@@ -155,7 +161,14 @@ class EventRules:
         while i < count:
             event = events[i]
             get = event.get
-            if get("event") != "node" or get("error"):
+            kind = get("event")
+            if kind != "node" or get("error"):
+                if kind == "accumulate" and accumulate is not None:
+                    went_on = accumulate(i)
+                    if went_on is not None:  # analysed: the run goes on, or ends after it
+                        i += 1
+                        if went_on:
+                            continue
                 break
             saved = get("saved") or ()
             if saved:
@@ -173,7 +186,8 @@ class EventRules:
             if info is not None:
                 if (get("grad_outputs") and get("grad_inputs") is not None
                         and info.origins < NONFINITE_PER_PASS
-                        and (_count(event["grad_inputs"]) or get("id") in info.roots)):
+                        and (_count(event["grad_inputs"])
+                             or (get("id") in info.roots and _count(event["grad_outputs"])))):
                     break  # ``_nonfinite`` has something to look at
                 if not info.retain and not statuses.isdisjoint(_HELD):
                     self._remember_freed(get("id"), info.number)

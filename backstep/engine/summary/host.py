@@ -116,12 +116,41 @@ class HostGroup:
         written = write_scalars(dtype, self.tensors, self.numels, self.slots, results)
         if not written:
             return False
-        rest = set(range(len(self.tensors))).difference(written)
-        kept = [(self.tensors[k], self.slots[k], self.numels[k]) for k in sorted(rest)]
-        self._clear()
-        for t, slot, n in kept:  # the blocks of memory found again, as they were added
-            self.add(t, slot, n, SMALL)
-        return not kept
+        if len(written) == len(self.tensors):
+            self._clear()
+            return True
+        self._drop(set(written))
+        return False
+
+    def _drop(self, gone: set[int]) -> None:
+        """Forget the one-element tensors at positions ``gone``, keeping the rest as they were
+        added: each kept block of memory keeps its first tensor as its representative (a
+        one-element tensor is a block of its own), renumbered in the order of first use."""
+        new: dict[int, int] = {}  # old index in ``reps`` -> new one
+        reps: list[torch.Tensor] = []
+        singles: list[int] = []
+        owner: list[int] = []
+        slots: list[int] = []
+        tensors: list[torch.Tensor] = []
+        numels: list[int] = []
+        old_reps = self.reps
+        for k, (j, slot, t, n) in enumerate(
+                zip(self.owner, self.slots, self.tensors, self.numels, strict=True)):
+            if k in gone:
+                continue
+            index = new.get(j)
+            if index is None:
+                index = new[j] = len(reps)
+                reps.append(old_reps[j])
+                if n == 1:
+                    singles.append(index)
+            owner.append(index)
+            slots.append(slot)
+            tensors.append(t)
+            numels.append(n)
+        self.unique = {key: new[j] for key, j in self.unique.items() if j in new}
+        self.slots, self.tensors, self.numels, self.owner = slots, tensors, numels, owner
+        self.reps, self.singles = reps, singles
 
     def _clear(self) -> None:
         self.slots, self.tensors, self.numels, self.owner = [], [], [], []

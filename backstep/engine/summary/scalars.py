@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from backstep.engine.encoded import Encoded, json_safe
-from backstep.engine.rounding import _DIGITS, _round
+from backstep.engine.rounding import _DIGITS, _round, round_single
 from backstep.engine.summary.format import _device_name, _dtype_name
 
 MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
@@ -59,6 +59,7 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         return []
     head = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
             else f',"dtype":"{dtype_name}","device":"{device_name}",')
+    single = dtype == torch.float32 and spec == ".8g"  # ``shown`` is round_single's eight
     done = []
     for k, n in enumerate(numels):
         if n != 1:
@@ -68,7 +69,8 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         shown = float(format(v, spec))
         if shown - shown != 0.0:  # not finite (nor, then, is ``v``): the general path's
             continue
-        value = _round(v, dtype)  # as ``_values`` writes a floating value
+        # as ``_values`` writes a floating value (``_round``; ``v`` is finite here)
+        value = round_single(v, shown) if single else _round(v, dtype)
         size = t.shape
         text = repr(shown)
         out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,
