@@ -69,7 +69,13 @@ def _run(batched: bool, set_off: bool) -> list[dict[str, Any]]:
                              "bytes": 64})
 
         doctor._manual.accumulate = accumulate  # type: ignore[method-assign]
-    for begin, batch, end in _passes():
+    _feed(doctor, _passes(), batched)
+    return recorder.events
+
+
+def _feed(doctor: Diagnostician, passes: Any, batched: bool) -> None:
+    """Each pass's begin, its events (in one ``emit_many`` when ``batched``) and its end."""
+    for begin, batch, end in passes:
         doctor.emit(begin)
         if batched:
             doctor.emit_many(batch)
@@ -77,7 +83,6 @@ def _run(batched: bool, set_off: bool) -> list[dict[str, Any]]:
             for event in batch:
                 doctor.emit(event)
         doctor.emit(end)
-    return recorder.events
 
 
 @pytest.mark.parametrize("set_off", [False, True])
@@ -139,15 +144,7 @@ def test_random_batches_are_diagnosed_as_their_events_one_by_one(seed: int) -> N
     results = []
     for batched in (False, True):
         recorder = ListRecorder()
-        doctor = Diagnostician(recorder)
-        for begin, batch, end in _random_passes(seed):
-            doctor.emit(begin)
-            if batched:
-                doctor.emit_many(batch)
-            else:
-                for event in batch:
-                    doctor.emit(event)
-            doctor.emit(end)
+        _feed(Diagnostician(recorder), _random_passes(seed), batched)
         results.append(recorder.events)
     assert results[1] == results[0]
     assert any(e["event"] == "diagnosis" for e in results[0])
