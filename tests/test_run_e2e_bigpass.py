@@ -49,7 +49,9 @@ def loop_ui(tmp_path: Path):
 def test_q_while_a_pass_runs_aborts_the_script_instead_of_killing_it(loop_ui) -> None:
     # a breakpoint that never matches: every pass runs under hooks, none stops
     ui = loop_ui("--no-stop-at-start", "--break", "NeverBackward")
-    ui.expect(r"pass 3 starts", timeout=120)
+    # any pass from the third on: under load the script (started ahead of the UI) can be past
+    # pass 3 before the console's first frame, and one line scrolls out in a few passes
+    ui.expect(r"pass ([3-9]|\d\d+) starts", timeout=120)
     debuggees = children_of(ui.pid)
     ui.press("q")
     code = ui.wait(timeout=30)  # generous: counted as hanging, not timed
