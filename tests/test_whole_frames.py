@@ -154,3 +154,23 @@ def test_frames_reach_a_busy_non_blocking_terminal_whole(tmp_path: Path, unbuffe
         assert ui.wait() is not None
     finally:
         ui.kill()
+
+
+def test_output_moved_to_the_terminal_after_the_ui_is_gone_loses_nothing() -> None:
+    """``outlive`` writes the script's output to the terminal once the UI is gone: a full,
+    non-blocking terminal used to end the write at its first refusal, the rest dropped."""
+    from backstep.process.outlive import _write_all
+
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    data = bytes(range(256)) * 4096  # 1 MiB: far more than the pipe holds
+    writer = threading.Thread(target=_write_all, args=(write, data))
+    writer.start()
+    try:
+        got = _read_all(read, len(data), pause=0.0005)
+    finally:
+        writer.join(10)
+        os.close(write)
+        os.close(read)
+    assert not writer.is_alive()
+    assert got == data

@@ -14,6 +14,8 @@ import contextlib
 import os
 import threading
 
+from backstep.process.write_all import write_all
+
 ENV_OUTPUT = "BACKSTEP_OUTPUT_FDS"  # "R1,R2": the debuggee's copies of the pipes' read ends
 ENV_TERMINAL = "BACKSTEP_TERMINAL"  # the UI's terminal, if it had one
 
@@ -124,6 +126,5 @@ def _forward(read: int, target: int) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        while data:
-            data = data[os.write(fd, data):]
+    with contextlib.suppress(OSError):  # the terminal is gone: nothing left to show it to
+        write_all(fd, data)

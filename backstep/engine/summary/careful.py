@@ -14,9 +14,9 @@ from backstep.engine.rounding import _round
 from backstep.engine.summary.format import (
     SMALL,
     _base,
-    _chunks,
     _dtype_name,
     _values,
+    slabs,
 )
 
 
@@ -55,7 +55,7 @@ def _reduce(t: torch.Tensor, divisor: int) -> dict[str, Any]:
     t = t.detach()
     lo, hi, total, sumsq, bad = math.inf, -math.inf, 0.0, 0.0, 0
     seen = False
-    for chunk in _chunks(t):
+    for chunk in slabs(t):
         if chunk.numel() == 0:
             continue
         seen = True

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
+from backstep.engine.summary.format import slabs
 
 FORCE = False  # treat CPU tensors as accelerator tensors (tests, benchmarks)
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
@@ -128,9 +129,7 @@ def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
     if t.numel() <= COUNT_CHUNK:
         return _count_piece(t)
     total = None
-    from backstep.engine.summary.format import _slabs
-
-    for piece in _slabs(t, COUNT_CHUNK):
+    for piece in slabs(t, COUNT_CHUNK):
         part = _count_piece(piece)  # float32 for most: exact per piece, summed in float64
         total = part.to(torch.float64) if total is None else total + part
     assert total is not None

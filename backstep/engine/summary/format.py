@@ -53,17 +53,12 @@ def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
     return list(flat)
 
 
-def _chunks(t: torch.Tensor) -> Iterator[torch.Tensor]:
-    """Views of at most CHUNK elements (dense tensors), without copying ``t`` whole."""
-    return _slabs(t, CHUNK)
-
-
-def _slabs(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
-    """Views that cover ``t`` once, each of at most ``limit`` elements where a row allows, as
-    few as that. Min, max, sums and counts ignore order, so a transposed gradient (an ``mm``'s
-    weight grad) is cut as the dense block it is, and other strided ones in slabs of whole rows,
-    not row by row: that was 78 pieces for each GPT-2 weight gradient's non-finite count on an
-    H100, two launches each, 30x plain."""
+def slabs(t: torch.Tensor, limit: int = CHUNK) -> Iterator[torch.Tensor]:
+    """Views that cover ``t`` once, without copying it, each of at most ``limit`` elements
+    where a row allows, as few as that. Min, max, sums and counts ignore order, so a transposed
+    gradient (an ``mm``'s weight grad) is cut as the dense block it is, and other strided ones
+    in slabs of whole rows, not row by row: that was 78 pieces for each GPT-2 weight gradient's
+    non-finite count on an H100, two launches each, 30x plain."""
     if t.numel() <= limit or t.dim() == 0:
         yield t
         return
@@ -77,7 +72,7 @@ def _slabs(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
     per = p.numel() // rows
     if per > limit:
         for sub in p.unbind(0):
-            yield from _slabs(sub, limit)
+            yield from slabs(sub, limit)
         return
     step = limit // per
     for start in range(0, rows, step):

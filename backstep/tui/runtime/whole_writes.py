@@ -26,10 +26,11 @@ from __future__ import annotations
 import functools
 import io
 import os
-import select
 from typing import Any, TypeVar
 
 from textual.driver import Driver
+
+from backstep.process.write_all import write_all
 
 D = TypeVar("D", bound=type[Driver])
 
@@ -62,14 +63,7 @@ class WholeWrites(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        data = memoryview(text.encode(self._encoding, self._errors))
-        while data:
-            try:
-                written = os.write(self._fd, data)
-            except BlockingIOError:  # a non-blocking terminal that is full: wait for room
-                select.select([], [self._fd], [])
-                continue
-            data = data[written:]
+        write_all(self._fd, text.encode(self._encoding, self._errors))
         return len(text)
 
     def flush(self) -> None:
