@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
 from backstep.engine.diagnostics import text
@@ -29,7 +28,6 @@ _INPLACE = "modified by an inplace operation"
 _HELD = frozenset({"alive", "freed", "packed", "unknown"})
 _UNSEEN = object()  # quiet_nodes: no event read yet
 _NO_STATUS: frozenset[str] = frozenset()
-_ID = itemgetter("id")
 _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
 
@@ -61,10 +59,7 @@ class PassInfo:
         self.retain = bool(event.get("retain_graph"))
         self.caller: dict[str, Any] | None = event.get("caller")
         self.roots: set[int] = set(event.get("roots") or ())
-        listed = event.get("nodes") or ()
-        self.nodes: dict[int, dict[str, Any]] = (
-            dict(zip(map(_ID, listed), listed, strict=True)) if type(listed) is list  # C speed
-            else {n["id"]: n for n in listed})
+        self.nodes: dict[int, dict[str, Any]] = {n["id"]: n for n in event.get("nodes") or ()}
         self.origins = 0
 
     def parents_of(self, node_id: int) -> list[dict[str, Any]]:
