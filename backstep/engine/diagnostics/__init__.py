@@ -218,16 +218,19 @@ class Diagnostician:
             if kind == "accumulate":
                 self._accumulate(event)
                 return _NOTHING
-            found: list[Found] = []
             if kind == "pass_end":
                 self._steps.end(event)
                 caller = self._rules.callers.get(event.get("pass", 0))
-                found = [*self._manual.end(event, caller), *self._params.end(event)]
-            elif kind == "pass_begin":
-                self._steps.arm()
-                self._steps.begin(event)
-                self._params.begin(event, sys._getframe(1))
-            found = [*self._rules.feed(event), *found]
+                manual, params = self._manual.end(event, caller), self._params.end(event)
+                found = self._rules.feed(event)
+                if manual or params:
+                    found = [*found, *manual, *params]
+            else:
+                if kind == "pass_begin":
+                    self._steps.arm()
+                    self._steps.begin(event)
+                    self._params.begin(event, sys._getframe(1))
+                found = self._rules.feed(event)
             return self._once(found) if found else _NOTHING
 
     def _accumulate(self, event: dict[str, Any]) -> None:

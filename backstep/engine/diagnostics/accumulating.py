@@ -89,6 +89,8 @@ class OptimizerSteps:
 
     # -- passes (called under the Diagnostician's lock, on the pass's thread) ------------------
     def begin(self, event: dict[str, Any]) -> None:
+        if not self._consumed:
+            return  # no step consumed a .grad yet (or what one did was reset): nothing to watch
         if event.get("api") != "backward" or event.get("parent") is not None:
             return  # autograd.grad does not accumulate; a nested pass runs inside its parent's
         number = event.get("pass", 0)

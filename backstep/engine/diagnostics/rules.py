@@ -100,9 +100,10 @@ class EventRules:
         self.callers[info.number] = info.caller
         while len(self.callers) > MAX_PASSES:
             self.callers.popitem(last=False)
-        for ids, reused in list(self.retained.values()):
-            if not reused[0] and not ids.isdisjoint(info.nodes):
-                reused[0] = True
+        if self.retained:
+            for ids, reused in list(self.retained.values()):
+                if not reused[0] and not ids.isdisjoint(info.nodes):
+                    reused[0] = True
         if info.retain and not event.get("create_graph"):  # create_graph implies retain_graph
             ids = frozenset(i for i, n in info.nodes.items() if n.get("name") != "AccumulateGrad")
             self.retained[info.number] = (ids, [False])
@@ -181,16 +182,24 @@ class EventRules:
                 held = hit[3]
             else:
                 held = False
-            if get("pass", 0) != number:
-                number = get("pass", 0)
-                info = passes.get(number)
+            now = get("pass", 0)
+            if now != number:
+                number, info = now, passes.get(now)
             if info is not None:
                 outgoing = get("grad_outputs")
                 if outgoing and info.origins < NONFINITE_PER_PASS:
                     incoming = get("grad_inputs")
-                    if incoming is not None and (_count(incoming) or (
-                            get("id") in info.roots and _count(outgoing))):
-                        break  # ``_nonfinite`` has something to look at
+                    if incoming is not None:
+                        bad: int | None = 0  # ``_count(incoming)``, inline
+                        for summary in incoming:
+                            if summary is not None:
+                                nonfinite = summary.get("nonfinite")
+                                if nonfinite is None:
+                                    bad = None
+                                    break
+                                bad += nonfinite
+                        if bad or (get("id") in info.roots and _count(outgoing)):
+                            break  # ``_nonfinite`` has something to look at
                 if held and not info.retain:
                     node_id = get("id")  # ``_remember_freed``, inline
                     freed_by.pop(node_id, None)
