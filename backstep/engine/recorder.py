@@ -15,6 +15,9 @@ from backstep.trace_form import compact_event, compact_saved, compact_summary
 _NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
               "error")
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+# an event's text where it is an ``Encoded`` (TypeError for any other dict, and from the join
+# where it is None: such a batch is written event by event, as is one that cannot be encoded)
+_text = Encoded.text.__get__  # type: ignore[attr-defined]
 
 
 class Sink(Protocol):
@@ -113,6 +116,14 @@ class JsonlRecorder:
         if self.abandoned or self.failure is not None:
             return
         with self._lock:
+            if not Encoded.__subclasses__():  # ``_text`` reads exactly the Encoded ones
+                try:  # the common batch: every event carries its text; one join, one encode
+                    data = "".join(map(_text, events)).encode()
+                except (TypeError, ValueError):  # not one: event by event, as below
+                    pass
+                else:
+                    self._write(data)
+                    return
             chunks = []
             try:
                 for event in events:

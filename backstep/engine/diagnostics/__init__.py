@@ -37,6 +37,19 @@ _ANALYSED = frozenset({"pass_begin", "node", "accumulate", "pass_end", "graph_re
 _NOTHING: list[dict[str, Any]] = []  # never appended to: the empty answer, shared
 
 
+class _Thread:
+    """What one thread is doing in the Diagnostician: analysing (``busy``, and the events
+    emitted meanwhile, ``pending``), and collecting a batch (``collected``). One thread-local
+    read a call, then plain attributes."""
+
+    __slots__ = ("busy", "pending", "collected")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.pending: list[dict[str, Any]] = []
+        self.collected: list[dict[str, Any]] | None = None
+
+
 class Diagnostician:
     """A Sink wrapper that forwards events and adds ``diagnosis`` events after them."""
 
@@ -52,35 +65,43 @@ class Diagnostician:
         self._local = threading.local()
 
     # -- Sink ----------------------------------------------------------------------------------
+    def _thread(self) -> _Thread:
+        """This thread's state (made on its first event)."""
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _Thread()
+        return state
+
     def emit(self, event: dict[str, Any]) -> None:
         if event.get("event") == "exit":
             self.finish()
-        local = self._local
-        collected = getattr(local, "collected", None)
+        state = getattr(self._local, "state", None) or self._thread()
+        collected = state.collected
         if collected is not None:
             collected.append(event)  # re-entered inside emit_many: written in its place there
         else:
             self.inner.emit(event)
-        if getattr(local, "busy", False):
+        if state.busy:
             # Re-entered on this thread (a graph_released finalizer ran while we worked):
             # analyse it after the event at hand, never while its state is half updated.
-            local.pending.append(event)
+            state.pending.append(event)
             return
-        self._follow(event, self.inner.emit)
+        self._follow(event, self.inner.emit, None, state)
 
     def emit_many(self, events: list[dict[str, Any]]) -> None:
         """``emit`` each event in turn, handing them and their diagnoses on in one batch."""
-        local = self._local
-        if getattr(local, "busy", False) or getattr(local, "collected", None) is not None:
+        state = getattr(self._local, "state", None) or self._thread()
+        if state.busy or state.collected is not None:
             for event in events:
                 self.emit(event)
             return
         out: list[dict[str, Any]] = []
-        local.collected = out
-        local.busy, local.pending = True, []
+        state.collected = out
+        state.busy, state.pending = True, []
         quiet = self._rules.quiet_nodes
         lock = self._lock
-        pending = local.pending
+        pending = state.pending
+        steps, manual = self._steps, self._manual.accumulate
         done = 0  # events[:done] are in ``out``
 
         def accumulate(index: int) -> bool | None:
@@ -92,10 +113,11 @@ class Diagnostician:
                 return None  # what is pending goes first, in order
             out.extend(events[done : index + 1])
             done = index + 1
-            try:
-                self._accumulate(events[index])
-            except Exception:  # noqa: BLE001 - a diagnosis must never break the script
-                pass
+            if not steps.stepped:  # ``_accumulate``, inline
+                try:
+                    manual(events[index])
+                except Exception:  # noqa: BLE001 - a diagnosis must never break the script
+                    pass
             return not pending
 
         try:
@@ -111,36 +133,35 @@ class Diagnostician:
                     out += events[done:end]
                     done = start = end
                     if pending:  # set off by the last one, an accumulation analysed already
-                        self._follow(events[end - 1], out.append, _NOTHING)
+                        self._follow(events[end - 1], out.append, _NOTHING, state)
                     continue
                 event = events[start]
                 done = start = start + 1
                 out.append(event)
-                if event.get("event") == "accumulate" and not local.pending:
+                if event.get("event") == "accumulate" and not pending:
                     try:  # never a diagnosis of its own: analysed here, at once
                         with lock:
                             self._accumulate(event)
                     except Exception:  # noqa: BLE001 - a diagnosis must never break the script
                         pass
-                    if not local.pending:
+                    if not pending:
                         continue
                     found: list[dict[str, Any]] | None = _NOTHING  # analysed: what it set off
                 else:
                     found = None
-                self._follow(event, out.append, found)  # its diagnoses, and what it set off
+                self._follow(event, out.append, found, state)  # its diagnoses, what it set off
         finally:
-            local.busy = False
-            local.collected = None
+            state.busy = False
+            state.collected = None
             emit_all(self.inner, out)
 
-    def _follow(self, event: dict[str, Any], put: Any,
-                found: list[dict[str, Any]] | None = None) -> None:
+    def _follow(self, event: dict[str, Any], put: Any, found: list[dict[str, Any]] | None,
+                state: _Thread) -> None:
         """Analyse ``event`` (unless ``found`` holds its diagnoses already), then whatever was
         emitted while it was analysed, and ``put`` each diagnosis found."""
-        local = self._local
-        outer = getattr(local, "busy", False)  # inside emit_many: its pending list goes on
+        outer = state.busy  # inside emit_many: its pending list goes on
         if not outer:
-            local.busy, local.pending = True, []
+            state.busy, state.pending = True, []
         try:
             queue = None  # the common case: one event, no diagnosis, nothing re-entered
             while True:
@@ -152,14 +173,14 @@ class Diagnostician:
                 for diag in found:
                     put(diag)
                 found = None
-                if local.pending:
-                    queue = (queue or []) + local.pending
-                    local.pending.clear()
+                if state.pending:
+                    queue = (queue or []) + state.pending
+                    state.pending.clear()
                 if not queue:
                     break
                 event = queue.pop(0)
         finally:
-            local.busy = outer
+            state.busy = outer
 
     def flush(self) -> None:
         self.inner.flush()
@@ -197,16 +218,19 @@ class Diagnostician:
             if kind == "accumulate":
                 self._accumulate(event)
                 return _NOTHING
-            found: list[Found] = []
             if kind == "pass_end":
                 self._steps.end(event)
                 caller = self._rules.callers.get(event.get("pass", 0))
-                found = [*self._manual.end(event, caller), *self._params.end(event)]
-            elif kind == "pass_begin":
-                self._steps.arm()
-                self._steps.begin(event)
-                self._params.begin(event, sys._getframe(1))
-            found = [*self._rules.feed(event), *found]
+                manual, params = self._manual.end(event, caller), self._params.end(event)
+                found = self._rules.feed(event)
+                if manual or params:
+                    found = [*found, *manual, *params]
+            else:
+                if kind == "pass_begin":
+                    self._steps.arm()
+                    self._steps.begin(event)
+                    self._params.begin(event, sys._getframe(1))
+                found = self._rules.feed(event)
             return self._once(found) if found else _NOTHING
 
     def _accumulate(self, event: dict[str, Any]) -> None:

@@ -89,6 +89,8 @@ class OptimizerSteps:
 
     # -- passes (called under the Diagnostician's lock, on the pass's thread) ------------------
     def begin(self, event: dict[str, Any]) -> None:
+        if not self._consumed:
+            return  # no step consumed a .grad yet (or what one did was reset): nothing to watch
         if event.get("api") != "backward" or event.get("parent") is not None:
             return  # autograd.grad does not accumulate; a nested pass runs inside its parent's
         number = event.get("pass", 0)
@@ -204,22 +206,24 @@ class ManualUpdates:
         self._found: dict[int, list[tuple[str, int]]] = {}  # pass -> [(leaf, node id)]
 
     def accumulate(self, event: dict[str, Any]) -> None:
-        leaf, number, version = event.get("leaf"), event.get("pass"), event.get("version")
-        if event.get("retained") or not isinstance(leaf, str) or number is None:
+        get, leaves = event.get, self._leaves
+        leaf, number, version = get("leaf"), get("pass"), get("version")
+        if get("retained") or not isinstance(leaf, str) or number is None:
             return
         if version is None:
-            self._leaves.pop(leaf, None)
+            leaves.pop(leaf, None)
             return
-        previous = self._leaves.pop(leaf, None)
+        previous = leaves.pop(leaf, None)
         stale = False
-        if _not_zeroed(event.get("before")) and previous is not None:
+        before = get("before")  # None: set to None before the pass, never stale
+        if before is not None and _not_zeroed(before) and previous is not None:
             updated = version != previous[0]
             stale = previous[1] or updated
             if updated and previous[1]:  # the stale .grad was used by the update in between
-                self._found.setdefault(number, []).append((leaf, event.get("id")))
-        self._leaves[leaf] = (version, stale)
-        while len(self._leaves) > MAX_LEAVES:
-            self._leaves.popitem(last=False)
+                self._found.setdefault(number, []).append((leaf, get("id")))
+        leaves[leaf] = (version, stale)
+        while len(leaves) > MAX_LEAVES:
+            leaves.popitem(last=False)
 
     def end(self, event: dict[str, Any], caller: dict[str, Any] | None) -> list[Found]:
         found = self._found.pop(event.get("pass", 0), None)

@@ -74,8 +74,8 @@ class EventRules:
         self.callers: OrderedDict[int, dict[str, Any] | None] = OrderedDict()
         self.freed_by: OrderedDict[int, int] = OrderedDict()
         self.last_pass: int | None = None
-        # id(a node's saved list) -> (the list, its statuses)
-        self._statuses: dict[int, tuple[Any, set[str]]] = {}
+        # id(a node's saved list) -> (the list, its statuses, modified, held): ``_read_saved``
+        self._statuses: dict[int, tuple[Any, set[str], bool, bool]] = {}
         # retain_graph pass -> [its node ids (leaves excluded: every graph that uses a parameter
         # shares its AccumulateGrad), reused by a later pass]
         self.retained: OrderedDict[int, tuple[frozenset[int], list[bool]]] = OrderedDict()
@@ -100,9 +100,10 @@ class EventRules:
         self.callers[info.number] = info.caller
         while len(self.callers) > MAX_PASSES:
             self.callers.popitem(last=False)
-        for ids, reused in list(self.retained.values()):
-            if not reused[0] and not ids.isdisjoint(info.nodes):
-                reused[0] = True
+        if self.retained:
+            for ids, reused in list(self.retained.values()):
+                if not reused[0] and not ids.isdisjoint(info.nodes):
+                    reused[0] = True
         if info.retain and not event.get("create_graph"):  # create_graph implies retain_graph
             ids = frozenset(i for i, n in info.nodes.items() if n.get("name") != "AccumulateGrad")
             self.retained[info.number] = (ids, [False])
@@ -126,9 +127,7 @@ class EventRules:
             # a recorded pass shares one saved list among the nodes that save alike
             hit = self._statuses.get(id(saved))
             if hit is None or hit[0] is not saved:
-                if len(self._statuses) >= MAX_STATUSES:
-                    self._statuses.clear()
-                hit = self._statuses[id(saved)] = (saved, {s.get("status") for s in saved})
+                hit = self._read_saved(saved)
             statuses = hit[1]
         else:
             statuses = _NO_STATUS
@@ -154,7 +153,7 @@ class EventRules:
         pass's leaves come between its nodes) and says whether the run goes on: True; False,
         it ends after that event (what it set off is followed first); None, it ends before
         it, unanalysed."""
-        passes, cache, count = self.passes, self._statuses, len(events)
+        passes, cache, freed_by, count = self.passes, self._statuses, self.freed_by, len(events)
         number: Any = _UNSEEN  # the pass of the events before, and its info: read once a run
         info: PassInfo | None = None
         i = start
@@ -174,25 +173,52 @@ class EventRules:
             if saved:
                 hit = cache.get(id(saved))
                 if hit is None or hit[0] is not saved:
-                    break  # ``node`` remembers its statuses
-                statuses = hit[1]
-                if "modified" in statuses:
+                    try:  # a list not seen yet, read as ``node`` reads it
+                        hit = self._read_saved(saved)
+                    except Exception:  # noqa: BLE001 - ``node`` fails on it the same way
+                        break
+                if hit[2]:  # a tensor modified in place
                     break
+                held = hit[3]
             else:
-                statuses = _NO_STATUS
-            if get("pass", 0) != number:
-                number = get("pass", 0)
-                info = passes.get(number)
+                held = False
+            now = get("pass", 0)
+            if now != number:
+                number, info = now, passes.get(now)
             if info is not None:
-                if (get("grad_outputs") and get("grad_inputs") is not None
-                        and info.origins < NONFINITE_PER_PASS
-                        and (_count(event["grad_inputs"])
-                             or (get("id") in info.roots and _count(event["grad_outputs"])))):
-                    break  # ``_nonfinite`` has something to look at
-                if not info.retain and not statuses.isdisjoint(_HELD):
-                    self._remember_freed(get("id"), info.number)
+                outgoing = get("grad_outputs")
+                if outgoing and info.origins < NONFINITE_PER_PASS:
+                    incoming = get("grad_inputs")
+                    if incoming is not None:
+                        bad: int | None = 0  # ``_count(incoming)``, inline
+                        for summary in incoming:
+                            if summary is not None:
+                                nonfinite = summary.get("nonfinite")
+                                if nonfinite is None:
+                                    bad = None
+                                    break
+                                bad += nonfinite
+                        if bad or (get("id") in info.roots and _count(outgoing)):
+                            break  # ``_nonfinite`` has something to look at
+                if held and not info.retain:
+                    node_id = get("id")  # ``_remember_freed``, inline
+                    freed_by.pop(node_id, None)
+                    freed_by[node_id] = info.number
+                    if len(freed_by) > MAX_FREED:
+                        self._remember_freed(node_id, info.number)
             i += 1
         return i
+
+    def _read_saved(self, saved: list[dict[str, Any]]) -> tuple[Any, set[str], bool, bool]:
+        """Remember a saved list (a recorded pass shares one among the nodes that save alike)
+        with its statuses, whether one was modified in place, and whether one is held."""
+        cache = self._statuses
+        if len(cache) >= MAX_STATUSES:
+            cache.clear()
+        statuses = {s.get("status") for s in saved}
+        hit = cache[id(saved)] = (saved, statuses, "modified" in statuses,
+                                  not statuses.isdisjoint(_HELD))
+        return hit
 
     def _remember_freed(self, node_id: int, number: int) -> None:
         freed_by = self.freed_by

@@ -96,6 +96,8 @@ class ParameterCheck:
     def end(self, event: dict[str, Any]) -> list[Found]:
         """A pass ends: drop the parameters it gave a gradient; report those that waited long
         enough."""
+        if not self._windows:
+            return []  # no parameter waits for its gradient
         number = event.get("pass", 0)
         out: list[Found] = []
         for window in list(self._windows):
