@@ -79,9 +79,17 @@ class Graph:
     @property
     def ids(self) -> list[int]:
         """Node ids, assigned on first use: a pass that never stops or records needs none."""
-        if self._ids is None:
-            self._ids = [node_id(n) for n in self.nodes]
-        return self._ids
+        ids = self._ids
+        if ids is None:  # node_id, inline: every node of every recorded pass
+            ids = []
+            for node in self.nodes:
+                metadata = node.metadata
+                value = metadata.get(ID_KEY)
+                if value is None:
+                    value = metadata[ID_KEY] = next(_ids)
+                ids.append(value)
+            self._ids = ids
+        return ids
 
     @property
     def names(self) -> list[str]:
