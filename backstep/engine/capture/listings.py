@@ -3,7 +3,7 @@
 A training loop builds the same graph every step: the same node types and edges, the same leaf
 names, the same forward sources and modules; only the node ids are new. When a pass has the
 shape of the one before, its listing's text is that pass's with the new ids written in: one
-``str.format`` of a template made from ``Graph.describe_all`` itself (with stand-in ids), so the
+``%`` formatting of a template made from ``Graph.describe_all`` itself (with stand-in ids), so the
 text is the one ``describe_all`` would write. A shape is remembered as strings and ints, and
 the source dicts provenance shares for good (held, so that comparing them by identity is
 sound): never a node or a tensor.
@@ -24,7 +24,7 @@ class _Shape:
     """What a listing depends on besides its ids, and (from its second sighting) its template."""
 
     __slots__ = ("names", "edges", "leaves", "comms", "sources", "source_ids", "modules",
-                 "shown", "template")
+                 "shown", "template", "fields", "targets", "rows")
 
     def __init__(self, graph: Graph, leaves: dict[int, str], comms: dict[int, str],
                  sources: list[Any], source_ids: list[int], modules: list[Any]) -> None:
@@ -37,6 +37,31 @@ class _Shape:
         self.modules = modules
         self.shown: list[str] | None = None
         self.template: str | None = None
+        self.fields: list[int] = []  # which node's id each ``%s`` of the template writes
+        # every node's edges in one list (index len(nodes) where an edge is None), and per node
+        # (shown name, leaf name, where its edges start and end in that list)
+        self.targets: list[int] = []
+        self.rows: list[tuple[str, str | None, int, int]] = []
+
+    def make_template(self, graph: Graph, comms: dict[int, str],
+                      tags: tuple[list[Any], list[Any]]) -> None:
+        """The listing's text with ``%s`` for each id (``fields`` says whose): ``describe_all``'s
+        own, so the text written from it is the one ``describe_all`` would write."""
+        count = len(graph)
+        stand_ins = [f"{_MARK}{i}{_MARK}" for i in range(count)]
+        _, text = graph.describe_all(self.leaves, comms, stand_ins, tags)
+        escaped = text.replace("%", "%%")
+        self.shown = [display_name(name) for name in self.names]
+        self.fields = [int(i) for i in _STAND_IN.findall(escaped)]
+        self.template = _STAND_IN.sub("%s", escaped)
+        targets: list[int] = []
+        rows = []
+        for i, out in enumerate(self.edges):
+            start = len(targets)
+            targets += [count if j is None else j for j in out]
+            rows.append((self.shown[i], self.leaves.get(i), start, len(targets)))
+        self.targets = targets
+        self.rows = rows
 
     def same(self, graph: Graph, leaves: dict[int, str], comms: dict[int, str],
              source_ids: list[int], modules: list[Any]) -> bool:
@@ -69,20 +94,15 @@ class Listings:
             self._last = _Shape(graph, leaf_names, comms, sources, source_ids, modules)
             return graph.describe_all(leaf_names, comms, None, tags)
         if last.template is None:  # seen twice: worth a template
-            count = len(graph)
-            stand_ins = [f"{_MARK}{i}{_MARK}" for i in range(count)]
-            _, text = graph.describe_all(leaf_names, comms, stand_ins, tags)
-            escaped = text.replace("{", "{{").replace("}", "}}")
-            last.shown = [display_name(name) for name in last.names]
-            last.template = _STAND_IN.sub(r"{0[\1]}", escaped)
+            last.make_template(graph, comms, tags)
+        assert last.template is not None
         self.reused += 1
         ids = graph.ids
-        edges, shown, leaves = last.edges, last.shown, last.leaves
-        assert shown is not None
-        dicts = [{"id": ids[i], "name": shown[i],
-                  "next": [None if j is None else ids[j] for j in edges[i]],
-                  "leaf": leaves.get(i), "source": sources[i], "module": modules[i]}
-                 for i in range(len(ids))]
+        after = list(map([*ids, None].__getitem__, last.targets))  # every edge's id, in one go
+        dicts = [{"id": node, "name": name, "next": after[start:end], "leaf": leaf,
+                  "source": source, "module": module}
+                 for node, (name, leaf, start, end), source, module
+                 in zip(ids, last.rows, sources, modules, strict=True)]
         for i, comm in last.comms.items():
             dicts[i]["comm"] = comm
-        return dicts, last.template.format(ids)
+        return dicts, last.template % tuple(map(ids.__getitem__, last.fields))
