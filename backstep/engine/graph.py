@@ -29,15 +29,25 @@ def node_id(node: Any) -> int:
 
 
 def gradient_edge(item: Any) -> tuple[Any, int] | None:
-    """(node, output_nr) that a backward root or input stands for, or None."""
-    if isinstance(item, torch.autograd.graph.GradientEdge):
-        return (item.node, item.output_nr)
+    """(node, output_nr) that a backward root or input stands for, or None.
+
+    A tensor with a ``grad_fn`` stands for it (what ``get_gradient_edge`` answers, read
+    without the ownership token it makes for a custom Function's output: a view node each
+    pass, which plain PyTorch never makes); a leaf for its AccumulateGrad node."""
     if isinstance(item, torch.Tensor):
-        if item.grad_fn is None and not item.requires_grad:
+        grad_fn = item.grad_fn
+        if grad_fn is not None:
+            return (grad_fn, item.output_nr)
+        if not item.requires_grad:
             return None
         edge = torch.autograd.graph.get_gradient_edge(item)
         return (edge.node, edge.output_nr) if edge.node is not None else None
+    if isinstance(item, _GRADIENT_EDGE):
+        return (item.node, item.output_nr)
     return None
+
+
+_GRADIENT_EDGE = torch.autograd.graph.GradientEdge
 
 
 class Graph:
