@@ -16,12 +16,21 @@ from backstep.engine.recorder import ListRecorder
 from tests.test_engine_fidelity import captured
 
 
+def reference_user_frames(frame: Any) -> list[Any]:
+    frames = []
+    while frame is not None and len(frames) < naming._MAX_FRAMES:
+        if not naming.is_internal(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
 def reference_find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     """The scan as it was before its fast paths: every non-bare variable, one by one."""
     held: list[tuple[str, Any]] = []
     rest: list[tuple[str, Any]] = []
     owners: list[Any] = []
-    for f in naming._user_frames(frame):
+    for f in reference_user_frames(frame):
         for var, value in naming.frame_locals(f).items():
             if var == "self":
                 owners.append(value)

@@ -19,6 +19,8 @@ import os
 import sys
 import types
 from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 import torch
@@ -33,27 +35,34 @@ _MAX_CONTAINER = 64
 
 def is_internal(filename: str) -> bool:
     """Frames of torch, backstep and the import machinery are never the user's."""
-    known = _INTERNAL.get(filename)  # asked for every frame of the stack at every pass
-    if known is None:
+    return _INTERNAL[filename]
+
+
+class _Internal(dict):  # type: ignore[type-arg]
+    """filename -> is_internal's answer, worked out on first sight: every frame of the stack is
+    asked about at every pass (subscripted, in one step)."""
+
+    def __missing__(self, filename: str) -> bool:
         known = (
             filename.startswith(_TORCH_DIR)
             or filename.startswith(_BACKSTEP_DIR)
             or filename.startswith("<frozen")
             or filename.endswith(os.sep + "runpy.py")
         )
-        if len(_INTERNAL) >= 4096:
-            _INTERNAL.clear()
-        _INTERNAL[filename] = known
-    return known
+        if len(self) >= 4096:
+            self.clear()
+        self[filename] = known
+        return known
 
 
-_INTERNAL: dict[str, bool] = {}
+_INTERNAL = _Internal()
 
 
 def user_frame(start: Any = None) -> Any:
     """The innermost frame outside torch and backstep."""
     frame = start or sys._getframe(1)
-    while frame is not None and is_internal(frame.f_code.co_filename):
+    internal = _INTERNAL
+    while frame is not None and internal[frame.f_code.co_filename]:
         frame = frame.f_back
     return frame
 
@@ -141,19 +150,25 @@ def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
     owners: list[Any] = []
     kind_of = _KINDS.get
     for f in frames:
-        for var, value in frame_locals(f).items():
-            if var == "self":
-                owners.append(value)
+        namespace = frame_locals(f)
+        if "self" in namespace:
+            owners.append(namespace.pop("self"))
+        # each value's kind by its exact type, in C-level steps: True a tensor, False a number,
+        # a string, a module or function (names nothing here), None to be looked at
+        kinds = list(map(kind_of, map(type, namespace.values())))
+        if None not in kinds:  # tensors and bare values only: the tensors, in order
+            rest += compress(namespace.items(), kinds)
+            continue
+        looked_at = map(is_not, kinds, repeat(False))  # all but the bare values
+        for item, kind in compress(zip(namespace.items(), kinds, strict=True), looked_at):
+            if kind:
+                rest.append(item)
                 continue
-            kind = kind_of(type(value))
-            if kind:  # a tensor
-                rest.append((var, value))
-            elif kind is not None:
-                continue  # a number, a string, a module or function: names nothing here
-            elif isinstance(value, _CONTAINERS):
-                (held if _holds_modules(value) else rest).append((var, value))
+            value = item[1]
+            if isinstance(value, _CONTAINERS):
+                (held if _holds_modules(value) else rest).append(item)
             elif isinstance(value, _NAMING):
-                rest.append((var, value))
+                rest.append(item)
             # else: a loader, a class, a plain object: _name_value finds nothing in it
     return held + rest, owners
 
@@ -335,13 +350,13 @@ def _holds_modules(value: Any) -> bool:
 
 def _user_frames(frame: Any) -> list[Any]:
     """``frame`` and its callers outside torch and backstep, innermost first (at most 12)."""
-    frames = []
-    known = _INTERNAL.get  # is_internal's answers, read inline: a dozen frames every pass
-    while frame is not None and len(frames) < _MAX_FRAMES:
-        name = frame.f_code.co_filename
-        internal = known(name)
-        if not (is_internal(name) if internal is None else internal):
+    frames: list[Any] = []
+    internal = _INTERNAL
+    while frame is not None:
+        if not internal[frame.f_code.co_filename]:
             frames.append(frame)
+            if len(frames) == _MAX_FRAMES:
+                break
         frame = frame.f_back
     return frames
 
