@@ -90,15 +90,31 @@ class Graph:
     def ids(self) -> list[int]:
         """Node ids, assigned on first use: a pass that never stops or records needs none."""
         ids = self._ids
-        if ids is None:  # node_id, inline: every node of every recorded pass
-            ids = []
-            for node in self.nodes:
-                metadata = node.metadata
-                value = metadata.get(ID_KEY)
-                if value is None:
-                    value = metadata[ID_KEY] = next(_ids)
-                ids.append(value)
-            self._ids = ids
+        return self._read_ids(None, None) if ids is None else ids
+
+    def ids_and_tags(self) -> tuple[list[int], tuple[list[Any], list[Any]]]:
+        """``ids`` and ``tags()``, read in one loop when the ids are not read yet (the listing
+        wants both, once provenance has tagged the nodes)."""
+        if self._ids is not None:
+            return self._ids, self.tags()
+        sources: list[Any] = []
+        modules: list[Any] = []
+        return self._read_ids(sources, modules), (sources, modules)
+
+    def _read_ids(self, sources: list[Any] | None, modules: list[Any] | None) -> list[int]:
+        """``node_id`` of every node, inline (every node of every recorded pass), and its tags
+        into ``sources`` and ``modules`` when given."""
+        ids = []
+        for node in self.nodes:
+            metadata = node.metadata
+            value = metadata.get(ID_KEY)
+            if value is None:
+                value = metadata[ID_KEY] = next(_ids)
+            ids.append(value)
+            if sources is not None:
+                sources.append(metadata.get(SOURCE_KEY))
+                modules.append(metadata.get(MODULE_KEY))  # type: ignore[union-attr]
+        self._ids = ids
         return ids
 
     @property

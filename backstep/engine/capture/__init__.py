@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from itertools import compress
 from typing import Any
 
 import torch
@@ -290,12 +291,12 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         wanted: dict[int, Any] = {}
         leaves: dict[int, Any] = {}
-        for i, name in enumerate(graph.names):
-            if name == _ACCUMULATE:
-                variable = graph.nodes[i].variable
-                leaves[i] = variable
-                wanted[id(variable)] = variable
-                p.before[i] = None
+        names, nodes = graph.names, graph.nodes
+        for i in compress(range(len(names)), map(_ACCUMULATE.__eq__, names)):  # the leaves
+            variable = nodes[i].variable
+            leaves[i] = variable
+            wanted[id(variable)] = variable
+            p.before[i] = None
         if not wanted:
             return
         if frame is None:

@@ -86,7 +86,7 @@ class Listings:
         comms = comms or {}
         if not self.enabled:
             return graph.describe_all(leaf_names, comms)
-        tags = graph.tags()
+        ids, tags = graph.ids_and_tags()
         sources, modules = tags
         source_ids = list(map(id, sources))
         last = self._last  # one read: another thread may replace it meanwhile
@@ -97,7 +97,6 @@ class Listings:
             last.make_template(graph, comms, tags)
         assert last.template is not None
         self.reused += 1
-        ids = graph.ids
         after = list(map([*ids, None].__getitem__, last.targets))  # every edge's id, in one go
         dicts = [{"id": node, "name": name, "next": after[start:end], "leaf": leaf,
                   "source": source, "module": module}
