@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -14,6 +15,7 @@ from backstep.engine import graph as graph_module
 from backstep.engine.capture import Capture
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import ListRecorder
+from tests.test_engine_fidelity import captured
 from tests.test_engine_listings import _trace
 
 
@@ -39,26 +41,22 @@ def test_percent_and_braces_in_the_listing_come_out_as_written() -> None:
     assert b'"module":"holder[\'a%sb{0}\']"' in full
 
 
-def _dicts(reuse: bool) -> list[list[dict[str, Any]]]:
+def _dicts(reuse: bool, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+    """The node dicts of every ``pass_begin`` (ids numbered from 1, as in a fresh process)."""
     recorder = ListRecorder()
     capture = Capture(recorder)
     capture.listings.enabled = reuse
     capture.annotate = annotate
-    saved_ids = graph_module._ids
-    graph_module._ids = itertools.count(1)
-    capture.install()
-    try:
-        with Provenance():
+    with monkeypatch.context() as patch:
+        patch.setattr(graph_module, "_ids", itertools.count(1))
+        with captured(capture), Provenance():
             _odd_steps()
-    finally:
-        capture.uninstall()
-        graph_module._ids = saved_ids
     assert capture.listings.reused == (3 if reuse else 0)
     return [e["nodes"] for e in recorder.of("pass_begin")]
 
 
-def test_reused_node_dicts_are_the_full_path_s() -> None:
-    full, reused = _dicts(False), _dicts(True)
+def test_reused_node_dicts_are_the_full_path_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    full, reused = _dicts(False, monkeypatch), _dicts(True, monkeypatch)
     assert reused == full
     for nodes in reused:
         assert [list(n) for n in nodes] == [list(n) for n in full[0]]  # keys in order
