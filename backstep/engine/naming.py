@@ -19,8 +19,6 @@ import os
 import sys
 import types
 from collections.abc import Iterator
-from itertools import compress, repeat
-from operator import is_not
 from typing import Any
 
 import torch
@@ -153,22 +151,16 @@ def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
         namespace = frame_locals(f)
         if "self" in namespace:
             owners.append(namespace.pop("self"))
-        # each value's kind by its exact type, in C-level steps: True a tensor, False a number,
-        # a string, a module or function (names nothing here), None to be looked at
-        kinds = list(map(kind_of, map(type, namespace.values())))
-        if None not in kinds:  # tensors and bare values only: the tensors, in order
-            rest += compress(namespace.items(), kinds)
-            continue
-        looked_at = map(is_not, kinds, repeat(False))  # all but the bare values
-        for item, kind in compress(zip(namespace.items(), kinds, strict=True), looked_at):
-            if kind:
-                rest.append(item)
-                continue
-            value = item[1]
-            if isinstance(value, _CONTAINERS):
-                (held if _holds_modules(value) else rest).append(item)
+        for var, value in namespace.items():
+            kind = kind_of(type(value))
+            if kind:  # a tensor
+                rest.append((var, value))
+            elif kind is not None:
+                continue  # a number, a string, a module or function: names nothing here
+            elif isinstance(value, _CONTAINERS):
+                (held if _holds_modules(value) else rest).append((var, value))
             elif isinstance(value, _NAMING):
-                rest.append(item)
+                rest.append((var, value))
             # else: a loader, a class, a plain object: _name_value finds nothing in it
     return held + rest, owners
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from itertools import compress
 from typing import Any
 
 import torch
@@ -291,12 +290,12 @@ class Capture(Hooks, Output, TensorValues):
         graph = p.graph
         wanted: dict[int, Any] = {}
         leaves: dict[int, Any] = {}
-        names, nodes = graph.names, graph.nodes
-        for i in compress(range(len(names)), map(_ACCUMULATE.__eq__, names)):  # the leaves
-            variable = nodes[i].variable
-            leaves[i] = variable
-            wanted[id(variable)] = variable
-            p.before[i] = None
+        for i, name in enumerate(graph.names):
+            if name == _ACCUMULATE:
+                variable = graph.nodes[i].variable
+                leaves[i] = variable
+                wanted[id(variable)] = variable
+                p.before[i] = None
         if not wanted:
             return
         if frame is None:
