@@ -2,9 +2,9 @@
 
 A training loop builds the same graph every step: the same node types and edges, the same leaf
 names, the same forward sources and modules; only the node ids are new. When a pass has the
-shape of the one before, its listing's text is that pass's with the new ids written in: one
-``%`` formatting of a template made from ``Graph.describe_all`` itself (with stand-in ids), so the
-text is the one ``describe_all`` would write. A shape is remembered as strings and ints, and
+shape of the one before, its listing's text is that pass's with the new ids written in: the
+text ``Graph.describe_all`` itself wrote with stand-in ids, cut at them, joined again around the
+new ids, so it is the one ``describe_all`` would write. A shape is remembered as strings and ints, and
 the source dicts provenance shares for good (held, so that comparing them by identity is
 sound): never a node or a tensor.
 """
@@ -36,8 +36,9 @@ class _Shape:
         self.source_ids = source_ids
         self.modules = modules
         self.shown: list[str] | None = None
-        self.template: str | None = None
-        self.fields: list[int] = []  # which node's id each ``%s`` of the template writes
+        # the listing's text cut at its ids: the texts between them, None where an id goes
+        self.template: list[str | None] | None = None
+        self.fields: list[int] = []  # whose id each None of the template stands for
         # every node's edges in one list (index len(nodes) where an edge is None), and per node
         # (shown name, leaf name, where its edges start and end in that list)
         self.targets: list[int] = []
@@ -45,15 +46,16 @@ class _Shape:
 
     def make_template(self, graph: Graph, comms: dict[int, str],
                       tags: tuple[list[Any], list[Any]]) -> None:
-        """The listing's text with ``%s`` for each id (``fields`` says whose): ``describe_all``'s
-        own, so the text written from it is the one ``describe_all`` would write."""
+        """``template`` and ``fields``: ``describe_all``'s own text, so the text joined from
+        them is the one ``describe_all`` would write."""
         count = len(graph)
         stand_ins = [f"{_MARK}{i}{_MARK}" for i in range(count)]
         _, text = graph.describe_all(self.leaves, comms, stand_ins, tags)
-        escaped = text.replace("%", "%%")
+        pieces: list[str | None] = list(_STAND_IN.split(text))  # texts, ids, texts, ...
         self.shown = [display_name(name) for name in self.names]
-        self.fields = [int(i) for i in _STAND_IN.findall(escaped)]
-        self.template = _STAND_IN.sub("%s", escaped)
+        self.fields = [int(i) for i in pieces[1::2]]  # type: ignore[arg-type]
+        pieces[1::2] = [None] * len(self.fields)
+        self.template = pieces
         targets: list[int] = []
         rows = []
         for i, out in enumerate(self.edges):
@@ -104,4 +106,6 @@ class Listings:
                  in zip(ids, last.rows, sources, modules, strict=True)]
         for i, comm in last.comms.items():
             dicts[i]["comm"] = comm
-        return dicts, last.template % tuple(map(ids.__getitem__, last.fields))
+        texts = list(last.template)
+        texts[1::2] = map(list(map(str, ids)).__getitem__, last.fields)
+        return dicts, "".join(texts)  # type: ignore[arg-type]
