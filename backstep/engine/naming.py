@@ -19,6 +19,7 @@ import os
 import sys
 import types
 from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -337,7 +338,8 @@ def _holds_modules(value: Any) -> bool:
         value = value.values()
     elif not isinstance(value, (list, tuple)):
         return False
-    return len(value) <= _MAX_CONTAINER and any(isinstance(v, torch.nn.Module) for v in value)
+    # isinstance over the items without a generator's frame each (every pass, every container)
+    return len(value) <= _MAX_CONTAINER and any(map(isinstance, value, repeat(torch.nn.Module)))
 
 
 def _user_frames(frame: Any) -> list[Any]:
