@@ -3,10 +3,10 @@
 A training loop builds the same graph every step: the same node types and edges, the same leaf
 names, the same forward sources and modules; only the node ids are new. When a pass has the
 shape of the one before, its listing's text is that pass's with the new ids written in: the
-text ``Graph.describe_all`` itself wrote with stand-in ids, cut at them, joined again around the
-new ids, so it is the one ``describe_all`` would write. A shape is remembered as strings and ints, and
-the source dicts provenance shares for good (held, so that comparing them by identity is
-sound): never a node or a tensor.
+text ``Graph.describe_all`` itself wrote with stand-in ids, cut at them and joined again around
+the new ids, so it is the one ``describe_all`` would write. A shape is remembered as strings
+and ints, and the source dicts provenance shares for good (held, so that comparing them by
+identity is sound): never a node or a tensor.
 """
 
 from __future__ import annotations
@@ -46,24 +46,25 @@ class _Shape:
 
     def make_template(self, graph: Graph, comms: dict[int, str],
                       tags: tuple[list[Any], list[Any]]) -> None:
-        """``template`` and ``fields``: ``describe_all``'s own text, so the text joined from
-        them is the one ``describe_all`` would write."""
+        """``template`` and what goes with it: ``describe_all``'s own text, so the text joined
+        from it is the one ``describe_all`` would write. ``template`` is set last: another
+        thread's pass reads the rest once it sees it."""
         count = len(graph)
         stand_ins = [f"{_MARK}{i}{_MARK}" for i in range(count)]
         _, text = graph.describe_all(self.leaves, comms, stand_ins, tags)
         pieces: list[str | None] = list(_STAND_IN.split(text))  # texts, ids, texts, ...
-        self.shown = [display_name(name) for name in self.names]
+        self.shown = shown = [display_name(name) for name in self.names]
         self.fields = [int(i) for i in pieces[1::2]]  # type: ignore[arg-type]
         pieces[1::2] = [None] * len(self.fields)
-        self.template = pieces
         targets: list[int] = []
         rows = []
         for i, out in enumerate(self.edges):
             start = len(targets)
             targets += [count if j is None else j for j in out]
-            rows.append((self.shown[i], self.leaves.get(i), start, len(targets)))
+            rows.append((shown[i], self.leaves.get(i), start, len(targets)))
         self.targets = targets
         self.rows = rows
+        self.template = pieces
 
     def same(self, graph: Graph, leaves: dict[int, str], comms: dict[int, str],
              source_ids: list[int], modules: list[Any]) -> bool:
