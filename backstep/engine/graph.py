@@ -29,15 +29,25 @@ def node_id(node: Any) -> int:
 
 
 def gradient_edge(item: Any) -> tuple[Any, int] | None:
-    """(node, output_nr) that a backward root or input stands for, or None."""
-    if isinstance(item, torch.autograd.graph.GradientEdge):
-        return (item.node, item.output_nr)
+    """(node, output_nr) that a backward root or input stands for, or None.
+
+    A tensor with a ``grad_fn`` stands for it (what ``get_gradient_edge`` answers, read
+    without the ownership token it makes for a custom Function's output: a view node each
+    pass, which plain PyTorch never makes); a leaf for its AccumulateGrad node."""
     if isinstance(item, torch.Tensor):
-        if item.grad_fn is None and not item.requires_grad:
+        grad_fn = item.grad_fn
+        if grad_fn is not None:
+            return (grad_fn, item.output_nr)
+        if not item.requires_grad:
             return None
         edge = torch.autograd.graph.get_gradient_edge(item)
         return (edge.node, edge.output_nr) if edge.node is not None else None
+    if isinstance(item, _GRADIENT_EDGE):
+        return (item.node, item.output_nr)
     return None
+
+
+_GRADIENT_EDGE = torch.autograd.graph.GradientEdge
 
 
 class Graph:
@@ -79,9 +89,33 @@ class Graph:
     @property
     def ids(self) -> list[int]:
         """Node ids, assigned on first use: a pass that never stops or records needs none."""
-        if self._ids is None:
-            self._ids = [node_id(n) for n in self.nodes]
-        return self._ids
+        ids = self._ids
+        return self._read_ids(None, None) if ids is None else ids
+
+    def ids_and_tags(self) -> tuple[list[int], tuple[list[Any], list[Any]]]:
+        """``ids`` and ``tags()``, read in one loop when the ids are not read yet (the listing
+        wants both, once provenance has tagged the nodes)."""
+        if self._ids is not None:
+            return self._ids, self.tags()
+        sources: list[Any] = []
+        modules: list[Any] = []
+        return self._read_ids(sources, modules), (sources, modules)
+
+    def _read_ids(self, sources: list[Any] | None, modules: list[Any] | None) -> list[int]:
+        """``node_id`` of every node, inline (every node of every recorded pass), and its tags
+        into ``sources`` and ``modules`` when given."""
+        ids = []
+        for node in self.nodes:
+            metadata = node.metadata
+            value = metadata.get(ID_KEY)
+            if value is None:
+                value = metadata[ID_KEY] = next(_ids)
+            ids.append(value)
+            if sources is not None:
+                sources.append(metadata.get(SOURCE_KEY))
+                modules.append(metadata.get(MODULE_KEY))  # type: ignore[union-attr]
+        self._ids = ids
+        return ids
 
     @property
     def names(self) -> list[str]:

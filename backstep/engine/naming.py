@@ -19,6 +19,7 @@ import os
 import sys
 import types
 from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -33,27 +34,34 @@ _MAX_CONTAINER = 64
 
 def is_internal(filename: str) -> bool:
     """Frames of torch, backstep and the import machinery are never the user's."""
-    known = _INTERNAL.get(filename)  # asked for every frame of the stack at every pass
-    if known is None:
+    return _INTERNAL[filename]
+
+
+class _Internal(dict):  # type: ignore[type-arg]
+    """filename -> is_internal's answer, worked out on first sight: every frame of the stack is
+    asked about at every pass (subscripted, in one step)."""
+
+    def __missing__(self, filename: str) -> bool:
         known = (
             filename.startswith(_TORCH_DIR)
             or filename.startswith(_BACKSTEP_DIR)
             or filename.startswith("<frozen")
             or filename.endswith(os.sep + "runpy.py")
         )
-        if len(_INTERNAL) >= 4096:
-            _INTERNAL.clear()
-        _INTERNAL[filename] = known
-    return known
+        if len(self) >= 4096:
+            self.clear()
+        self[filename] = known
+        return known
 
 
-_INTERNAL: dict[str, bool] = {}
+_INTERNAL = _Internal()
 
 
 def user_frame(start: Any = None) -> Any:
     """The innermost frame outside torch and backstep."""
     frame = start or sys._getframe(1)
-    while frame is not None and is_internal(frame.f_code.co_filename):
+    internal = _INTERNAL
+    while frame is not None and internal[frame.f_code.co_filename]:
         frame = frame.f_back
     return frame
 
@@ -97,12 +105,19 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
     """
     found: dict[int, str] = {}
     variables, owners = _variables(_user_frames(frame))
+    count = len(wanted)
+    tensor = torch.Tensor
     for var, value in variables:
-        if len(found) == len(wanted):
+        if len(found) == count:
             return found
-        _name_value(var, value, wanted, found)
+        if isinstance(value, tensor):  # _name_value's first case, inline: most variables
+            key = id(value)
+            if key in wanted and key not in found:
+                found[key] = var
+        else:
+            _name_value(var, value, wanted, found)
     for owner in owners:
-        if len(found) == len(wanted):
+        if len(found) == count:
             break
         if isinstance(owner, (torch.nn.Module, torch.Tensor)):
             _name_value("self", owner, wanted, found)
@@ -114,7 +129,8 @@ def find_names(wanted: dict[int, Any], frame: Any) -> dict[int, str]:
 
 def held_values(frame: Any) -> list[Any]:
     """What ``find_names`` looks through: the values of the variables of ``frame`` and its
-    callers (the items of plain containers too), then their ``self`` objects."""
+    callers that can name anything (the items of plain containers too), then their ``self``
+    objects."""
     variables, owners = _variables(_user_frames(frame))
     values = [value for _, value in variables]
     for _, value in variables:
@@ -125,19 +141,28 @@ def held_values(frame: Any) -> list[Any]:
 def _variables(frames: list[Any]) -> tuple[list[tuple[str, Any]], list[Any]]:
     """The frames' plain variables in naming order, and their ``self`` objects (innermost
     first). Plain containers of modules, from any frame, come first: ``layers[1]`` names a
-    layer for good, a loop variable ``layer`` (in the forward's frame) only for one iteration."""
+    layer for good, a loop variable ``layer`` (in the forward's frame) only for one iteration.
+    Only variables that can name something are kept: a tensor, a module, a list, tuple or dict
+    (what ``_name_value`` and ``_holds_modules`` look into, by the same ``isinstance``)."""
     held: list[tuple[str, Any]] = []
     rest: list[tuple[str, Any]] = []
     owners: list[Any] = []
-    bare = _BARE
+    kind_of = _KINDS.get
     for f in frames:
-        for var, value in frame_locals(f).items():
-            if var == "self":
-                owners.append(value)
-            elif type(value) in bare:
+        namespace = frame_locals(f)
+        if "self" in namespace:
+            owners.append(namespace.pop("self"))
+        for var, value in namespace.items():
+            kind = kind_of(type(value))
+            if kind:  # a tensor
+                rest.append((var, value))
+            elif kind is not None:
                 continue  # a number, a string, a module or function: names nothing here
-            else:
+            elif isinstance(value, _CONTAINERS):
                 (held if _holds_modules(value) else rest).append((var, value))
+            elif isinstance(value, _NAMING):
+                rest.append((var, value))
+            # else: a loader, a class, a plain object: _name_value finds nothing in it
     return held + rest, owners
 
 
@@ -215,6 +240,13 @@ def container_items(label: str, value: Any) -> list[tuple[str, Any]]:
 
 _MODULE_ATTRIBUTES = frozenset(torch.nn.Module().__dict__)
 _CONTAINERS = (list, tuple, dict)  # plain ones only: ModuleList and ModuleDict are registered
+_NAMING = (torch.Tensor, torch.nn.Module)  # besides containers, what a variable names
+# Tensor types that are no container to isinstance (no class of theirs overrides __class__ or
+# __getattribute__, which isinstance would ask): most variables, told apart by type alone.
+_TENSORS = frozenset(
+    kind for kind in (torch.Tensor, torch.nn.Parameter)
+    if not any("__class__" in vars(k) or "__getattribute__" in vars(k) for k in kind.__mro__[:-1]))
+_KINDS = {**dict.fromkeys(_BARE, False), **dict.fromkeys(_TENSORS, True)}  # exact type -> kind
 _SCANNED: dict[type, bool] = {}  # module class -> its instances' attributes are worth a look
 
 
@@ -306,15 +338,19 @@ def _holds_modules(value: Any) -> bool:
         value = value.values()
     elif not isinstance(value, (list, tuple)):
         return False
-    return len(value) <= _MAX_CONTAINER and any(isinstance(v, torch.nn.Module) for v in value)
+    # isinstance over the items without a generator's frame each (every pass, every container)
+    return len(value) <= _MAX_CONTAINER and any(map(isinstance, value, repeat(torch.nn.Module)))
 
 
 def _user_frames(frame: Any) -> list[Any]:
     """``frame`` and its callers outside torch and backstep, innermost first (at most 12)."""
-    frames = []
-    while frame is not None and len(frames) < _MAX_FRAMES:
-        if not is_internal(frame.f_code.co_filename):
+    frames: list[Any] = []
+    internal = _INTERNAL
+    while frame is not None:
+        if not internal[frame.f_code.co_filename]:
             frames.append(frame)
+            if len(frames) == _MAX_FRAMES:
+                break
         frame = frame.f_back
     return frames
 

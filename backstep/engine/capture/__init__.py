@@ -211,12 +211,13 @@ class Capture(Hooks, Output, TensorValues):
         if live and controller is not None:
             p.stepping = controller.stop_at_pass_start or controller.interrupt
         p.record = self.sink is not None and (self.record or p.stepping)
+        caller = naming.user_frame(sys._getframe(1))  # read once: the names come from there too
         p.options = {"retain_graph": retain_graph, "create_graph": create_graph,
-                     "caller": naming.frame_source(naming.user_frame(sys._getframe(1))),
+                     "caller": naming.frame_source(caller),
                      "roots": [graph.index[e[0]] for e in roots if e is not None],
                      "inputs": input_ids}
         if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
-            self._name_leaves(p)
+            self._name_leaves(p, caller)
         if live and controller is not None and controller.breakpoints.module_globs:
             self._annotate(p)
         if p.record:
@@ -224,7 +225,7 @@ class Capture(Hooks, Output, TensorValues):
                 variable = p.shards[i] if i in p.shards else graph.nodes[i].variable
                 if variable.grad is not None:
                     p.before[i] = p.batch.add(variable.grad)
-            p.retained = self._retained_in(p)
+            p.retained = self._retained_in(p, caller)
             slots = p.batch.compute() if len(p.batch) else []
             p.before = {i: (slots[s] if isinstance(s, int) else None) for i, s in p.before.items()}
             self._announce(p)
@@ -283,7 +284,9 @@ class Capture(Hooks, Output, TensorValues):
         except Exception:  # noqa: BLE001 - provenance is informative only
             pass
 
-    def _name_leaves(self, p: Pass) -> None:
+    def _name_leaves(self, p: Pass, frame: Any = None) -> None:
+        """Name the pass's leaves from the variables of ``frame`` (the user's frame that called
+        the backward; found from the caller when None) and its callers."""
         graph = p.graph
         wanted: dict[int, Any] = {}
         leaves: dict[int, Any] = {}
@@ -295,7 +298,8 @@ class Capture(Hooks, Output, TensorValues):
                 p.before[i] = None
         if not wanted:
             return
-        frame = naming.user_frame(sys._getframe(1))
+        if frame is None:
+            frame = naming.user_frame(sys._getframe(1))
         fsdp = sharded.fsdp_leaves(leaves, graph.nodes, graph.names, frame)
         for leaf in fsdp.values():
             wanted[id(leaf.param)] = leaf.param
@@ -308,7 +312,10 @@ class Capture(Hooks, Output, TensorValues):
                 name = name or found.get(id(leaf.param)) or leaf.fqn
             p.leaf_names[i] = name or naming.fallback_name(graph.ids[i], variable)
 
-    def _retained_in(self, p: Pass) -> list[tuple[Any, int, str, dict[str, Any] | None]]:
+    def _retained_in(self, p: Pass, frame: Any
+                     ) -> list[tuple[Any, int, str, dict[str, Any] | None]]:
+        """The tensors that called ``retain_grad`` whose node is in the pass, named from
+        ``frame`` (the user's frame that called the backward) and its callers."""
         out = []
         if not self._retained:
             return out
@@ -320,8 +327,7 @@ class Capture(Hooks, Output, TensorValues):
                 if index is not None:
                     wanted[id(tensor)] = (ref, index, tensor)
         if wanted:
-            names = naming.find_names({k: v[2] for k, v in wanted.items()},
-                                      naming.user_frame(sys._getframe(1)))
+            names = naming.find_names({k: v[2] for k, v in wanted.items()}, frame)
             batch = SummaryBatch()  # one read on a GPU, however many tensors retain grads
             slots = []
             for key, (ref, index, tensor) in wanted.items():
