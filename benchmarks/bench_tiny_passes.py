@@ -9,7 +9,11 @@ measured steps (``--toggle-collect=functools_reduce``: the steps run under one
 ``functools.reduce``), after a few warm-up steps, so imports and start-up are left out.
 Modes: ``plain`` (no backstep), ``trace`` (capture into a JSONL file with provenance, as
 ``backstep trace``), ``nosrc`` (``--no-source``), ``empty`` (an empty TorchFunctionMode: the
-floor any torch-function-mode provenance pays), ``prov`` (provenance alone, no capture).
+floor any torch-function-mode provenance pays), ``prov`` (provenance alone, no capture), ``floor``
+(the least any in-process trace of these passes runs: the empty mode, a post-hook that keeps its
+arguments on every node of every pass, and each pass's distinct gradients reduced to min, max, sum
+and norm and read as Python floats; no naming, saved tensors, rounding, JSON, diagnostics or
+writing).
 Needs valgrind; about a minute per mode.
 """
 
@@ -26,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("plain", "trace", "nosrc", "empty", "prov")
+MODES = ("plain", "trace", "nosrc", "empty", "prov", "floor")
 
 
 def _steps(script: str) -> tuple[list, object]:
@@ -65,6 +69,70 @@ def _steps(script: str) -> tuple[list, object]:
     return params, step
 
 
+class _Floor:
+    """The ``floor`` mode: see the module docstring. A context manager around the steps."""
+
+    def __enter__(self) -> _Floor:
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        class Empty(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Empty()
+        self.mode.__enter__()
+        self.original = original = torch.autograd._engine_run_backward
+
+        def run(t_outputs, *args, **kwargs):  # type: ignore[no-untyped-def]
+            outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+            nodes, seen = [], set()
+            stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
+            while stack:
+                node = stack.pop()
+                if node not in seen:
+                    seen.add(node)
+                    nodes.append(node)
+                    stack += [n for n, _ in node.next_functions if n is not None]
+            records: list = []
+            handles = [node.register_hook(functools.partial(_keep, records, i))
+                       for i, node in enumerate(nodes)]
+            try:
+                return original(t_outputs, *args, **kwargs)
+            finally:
+                for handle in handles:
+                    handle.remove()
+                _reduce(records)
+
+        torch.autograd._engine_run_backward = run
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        torch.autograd._engine_run_backward = self.original
+        self.mode.__exit__(None, None, None)
+
+
+def _keep(records: list, i: int, grad_inputs: tuple, grad_outputs: tuple) -> None:
+    records.append((i, grad_inputs, grad_outputs))
+
+
+def _reduce(records: list) -> list[float]:
+    """min, max, sum and norm of each distinct gradient of a pass, as Python floats."""
+    import torch
+
+    distinct = {id(t): t for _, gi, go in records for t in (*gi, *go) if t is not None}
+    many = [t for t in distinct.values() if t.numel() > 1]
+    values = [t.item() for t in distinct.values() if t.numel() == 1]
+    if many:
+        pairs = [t.aminmax() for t in many]
+        stats = [*(v for pair in pairs for v in pair), *(t.sum() for t in many),
+                 *torch._foreach_norm(many)]
+        values += torch.stack(stats).tolist()
+    return values
+
+
 def child(mode: str, script: str, steps: int) -> None:
     """Warm up, then run ``steps`` steps inside functools.reduce (what callgrind collects)."""
     sys.path.insert(0, str(ROOT))
@@ -85,6 +153,9 @@ def child(mode: str, script: str, steps: int) -> None:
                 return func(*args, **(kwargs or {}))
 
         with Empty():
+            measured()
+    elif mode == "floor":
+        with _Floor():
             measured()
     elif mode == "prov":
         from backstep.engine.provenance import Provenance
