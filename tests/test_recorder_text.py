@@ -153,17 +153,23 @@ def test_trace_lines_are_the_encoded_events() -> None:
                 pass
         x = torch.tensor([0.0, -0.0, 2.0], requires_grad=True)
         (x * x + x.abs()).sum().backward()
+        # complex gradients are summarised carefully, without a text: their nodes have none
+        w = torch.tensor([1 + 2j, -3j], requires_grad=True)
+        ((w * w).abs() * x[:2]).sum().backward()
     finally:
         capture.uninstall()
     lines = both.stream.getvalue().splitlines(keepends=True)
     events = both.kept.events
     assert len(lines) == len(events)
-    carried = 0
+    carried = encoded_here = 0
     for line, event in zip(lines, events, strict=True):
         assert line == encode(compact_event(event))  # the file form (trace_form)
         assert expand(json.loads(line)) == json.loads(encode(event))  # read back whole
         carried += type(event) is Encoded and event.text is not None
+        encoded_here += (event["event"] == "node" and type(event) is Encoded
+                         and event.text is None and b'"complex64"' in line)
     assert carried > 100
+    assert encoded_here >= 2  # the complex nodes' lines: encoded by the recorder from the dict
 
 
 def _summaries_of(monkeypatch: Any, cap_bytes: int | None) -> list[Any]:

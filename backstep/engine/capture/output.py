@@ -117,13 +117,13 @@ class Output:
             })
             if thread is not None:
                 event["thread"] = thread
-            go_parts, gi_parts = list(map(text_of, go)), list(map(text_of, gi))
-            if None in go_parts or None in gi_parts:
+            try:  # a part without a text (None) fails the join: the event has none either
+                go_text, gi_text = ",".join(map(text_of, go)), ",".join(map(text_of, gi))
+            except TypeError:
                 event.text = None
             else:
-                event.text = node_text(number, step, node_id, shown_text,
-                                       "[" + ",".join(go_parts) + "]",
-                                       "[" + ",".join(gi_parts) + "]", saved_text, thread)
+                event.text = node_text(number, step, node_id, shown_text, f"[{go_text}]",
+                                       f"[{gi_text}]", saved_text, thread)
             emit(event)
             if after is not None:
                 leaf, before = p.leaf_names.get(i), p.before.get(i)
@@ -188,6 +188,24 @@ class Output:
                         "error": _message(exc),
                     }
                 )
+        if p.retained or p.shards:
+            self._retained_and_shards(p)
+        self.drain()
+        skipped = [graph.ids[i] for i, step in enumerate(p.ran) if not step]
+        end = Encoded({"event": "pass_end", "pass": p.number,
+                       "status": "ok" if exc is None else "error",
+                       "error": None if exc is None else _message(exc), "skipped": skipped})
+        # the common end's text as a file writes it (compact JSON), without encoding the dict
+        end.text = (f'{{"event":"pass_end","pass":{p.number},"status":"ok","error":null,'
+                    f'"skipped":[{",".join(map(str, skipped))}]}}\n'
+                    if exc is None and type(p.number) is int else None)
+        self._emit(end)
+        if self.sink is not None:
+            self.sink.flush()
+
+    def _retained_and_shards(self, p: Pass) -> None:
+        """``accumulate`` events of a pass's retained grads and FSDP shards, read after it."""
+        graph = p.graph
         batch = SummaryBatch()  # every retained .grad in one batch: one read on a GPU
         done = []
         for ref, index, name, before in p.retained:
@@ -216,18 +234,6 @@ class Output:
                     "retained": True,
                 }
             )
-        self.drain()
-        skipped = [graph.ids[i] for i, step in enumerate(p.ran) if not step]
-        end = Encoded({"event": "pass_end", "pass": p.number,
-                       "status": "ok" if exc is None else "error",
-                       "error": None if exc is None else _message(exc), "skipped": skipped})
-        # the common end's text as a file writes it (compact JSON), without encoding the dict
-        end.text = (f'{{"event":"pass_end","pass":{p.number},"status":"ok","error":null,'
-                    f'"skipped":[{",".join(map(str, skipped))}]}}\n'
-                    if exc is None and type(p.number) is int else None)
-        self._emit(end)
-        if self.sink is not None:
-            self.sink.flush()
 
     def _watch_retained(self, p: Pass) -> None:
         """Mark a retained graph so its release, and whether any pass reused it, is reported."""
