@@ -98,3 +98,94 @@ def test_tiny_pass_tags_unchanged_by_the_skipped_walk() -> None:
         lines.append((source_of(node) or {}).get("code"))
         node = node.next_functions[0][0]
     assert lines == ["loss = (a + a * x).pow(2).sum()"] * 3
+
+
+# -- find_source: the user line looked up by (code, instruction offset) -------------------------
+
+
+def _lines_of(node: Any) -> list[int | None]:
+    from backstep.engine.provenance import source_of
+
+    lines = []
+    while node is not None and type(node).__name__ != "AccumulateGrad":
+        lines.append((source_of(node) or {}).get("line"))
+        node = node.next_functions[0][0]
+    return lines
+
+
+def _three_lines(a: torch.Tensor) -> torch.Tensor:
+    b = a * 2  # line +1
+    c = b * 3  # line +2
+    return c * 4  # line +3
+
+
+def test_ops_on_different_lines_of_one_function_keep_their_lines() -> None:
+    from backstep.engine.provenance import Provenance
+
+    first = _three_lines.__code__.co_firstlineno
+    a = torch.ones(2, requires_grad=True)
+    with Provenance():
+        outs = [_three_lines(a) for _ in range(3)]  # the same offsets again: from the cache
+    for out in outs:
+        assert _lines_of(out.grad_fn) == [first + 3, first + 2, first + 1]
+
+
+def test_a_traced_frame_reads_its_line_the_slow_way() -> None:
+    from backstep.engine.provenance import Provenance
+    from backstep.engine.provenance import frames as provenance_frames
+
+    first = _three_lines.__code__.co_firstlineno
+    a = torch.ones(2, requires_grad=True)
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return tracer if frame.f_code is _three_lines.__code__ else None
+
+    with Provenance():
+        sys.settrace(tracer)
+        try:
+            out = _three_lines(a)
+        finally:
+            sys.settrace(None)
+        assert not any(code is _three_lines.__code__
+                       for code, _ in provenance_frames._at_offset.values())
+        _three_lines(a)  # untraced: cached now
+        cached = provenance_frames._at_offset
+        assert any(code is _three_lines.__code__ for code, _ in cached.values())
+        wrong = {"file": "elsewhere.py", "line": 1, "code": "x"}
+        for key, (code, _) in list(cached.items()):
+            cached[key] = (code, wrong)
+        sys.settrace(tracer)
+        try:
+            again = _three_lines(a)  # traced: the (wrong) cache is not read
+        finally:
+            sys.settrace(None)
+    assert _lines_of(out.grad_fn) == [first + 3, first + 2, first + 1]
+    assert _lines_of(again.grad_fn) == [first + 3, first + 2, first + 1]
+
+
+def test_uninstall_lets_go_of_the_cached_code_objects() -> None:
+    from backstep.engine.provenance import Provenance
+    from backstep.engine.provenance import frames as provenance_frames
+
+    with Provenance():
+        _three_lines(torch.ones(2, requires_grad=True))
+        assert provenance_frames._at_offset
+    assert not provenance_frames._at_offset
+
+
+def test_an_offset_entry_of_another_code_object_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An id reused by a new code object after the old one died must not give the old line."""
+    from backstep.engine.provenance import frames as provenance_frames
+
+    wrong = {"file": "elsewhere.py", "line": 1, "code": "x"}
+
+    class OtherCode(dict):  # every offset answers with another code object's entry
+        def get(self, key: Any, default: Any = None) -> Any:
+            return (_three_lines.__code__, wrong)
+
+    monkeypatch.setattr(provenance_frames, "_at_offset", OtherCode())
+    line = sys._getframe().f_lineno + 1
+    found = provenance_frames.find_source(sys._getframe(), [])
+    assert found is not None and found["line"] == line

@@ -49,19 +49,9 @@ from backstep.engine.provenance.scopes import (
 )
 
 __all__ = [
-    "AROUND_KEY",
-    "MODULE_KEY",
-    "SAVED_VERSIONS_KEY",
-    "SCOPE_KEY",
-    "SOURCE_KEY",
-    "SPAN_KEY",
-    "TaggingMode",
-    "add_mode",
-    "annotate",
-    "pause_if_top",
-    "remove_mode",
-    "saved_versions",
-]
+    "AROUND_KEY", "MODULE_KEY", "SAVED_VERSIONS_KEY", "SCOPE_KEY", "SOURCE_KEY", "SPAN_KEY",
+    "TaggingMode", "add_mode", "annotate", "pause_if_top", "remove_mode", "saved_versions",
+]  # fmt: skip
 
 _compiling = torch.compiler.is_compiling
 # is_compiling() in two cheap steps (see provenance_modules): every op of the user's runs this
