@@ -3,7 +3,9 @@
 Every tagged op asks for it, so the walk is cheap: each code object is classified once (internal
 or not, and its absolute file name) and each (file, line) maps to one shared source dict. Code
 objects are looked up by ``id()`` (checked against the code object kept with the result): hashing
-a code object hashes its bytecode and constants, about half a microsecond each time.
+a code object hashes its bytecode and constants, about half a microsecond each time. The user
+frame's line is looked up by its instruction offset: ``f_lineno`` decodes the code's line table
+from its start (thousands of machine instructions for a line deep in a script) on every op.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ _USER_DIRS: tuple[str, ...] = (_BACKSTEP_DIR + "_demos" + os.sep,)
 _code_files: dict[int, tuple[CodeType, str | None]] = {}
 # (absolute file, line) -> {"file", "line", "code"}; shared by every node tagged from that line.
 _sources: dict[tuple[str, int], dict[str, Any]] = {}
+# (id(code object), instruction offset) -> (the code object, its line's source dict). A code's
+# offsets map to fixed lines; a frame with a trace function is read the slow way (f_lineno).
+_at_offset: dict[tuple[int, int], tuple[CodeType, dict[str, Any]]] = {}
 
 
 def forget_code() -> None:
@@ -42,6 +47,7 @@ def forget_code() -> None:
     the weak-key callbacks of torch._dynamo run against half-torn-down modules and print an
     "Exception ignored" traceback that plain python never shows (torch 2.14)."""
     _code_files.clear()
+    _at_offset.clear()
 
 
 def _classify(code: CodeType) -> str | None:
@@ -111,6 +117,11 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
     frame, and ``source``: a cache). Everything above a module call's frame is fixed while
     that module runs, so once one op inside it walked past that frame, the others stop there.
     """
+    if frame is not None and frame.f_trace is None:  # most ops: a user line seen before
+        code = frame.f_code
+        at = _at_offset.get((id(code), frame.f_lasti))
+        if at is not None and at[0] is code:
+            return at[1]
     files = _code_files
     pending: list[Any] | None = None  # module entries whose cache this walk fills
     position = len(entries)
@@ -120,7 +131,16 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
         hit = files.get(id(code))
         path = hit[1] if hit is not None and hit[0] is code else _classify(code)
         if path is not None:
-            result = _sources.get((path, frame.f_lineno or 0)) or source_dict(frame)
+            if frame.f_trace is None:
+                key = (id(code), frame.f_lasti)
+                at = _at_offset.get(key)
+                if at is not None and at[0] is code:
+                    result = at[1]
+                else:
+                    result = _sources.get((path, frame.f_lineno or 0)) or source_dict(frame)
+                    _at_offset[key] = (code, result)
+            else:
+                result = _sources.get((path, frame.f_lineno or 0)) or source_dict(frame)
             break
         if code is _CALL_IMPL or code is _CALL_WRAPPER:
             entry = None

@@ -66,6 +66,11 @@ AROUND_KEY = "backstep.region"  # the Region around the user module whose op mad
 
 OPEN = 1 << 62  # ``end`` while the module still runs
 
+# False until a node is given a span (tagging) or a Region is made: only such nodes give
+# ``annotate`` anything to hand down, so until then it skips its walk (never reset: a graph
+# made earlier may still be annotated later)
+wide = False
+
 USER, LIBRARY, LIBRARY_INPLACE = 0, 1, 2
 _kinds: dict[type, int] = {}
 # the classes module_kind found to be library code (membership is the hooks' cheapest test), and
@@ -146,6 +151,8 @@ class Region:
     pushes = False  # the mode is off while it runs
 
     def __init__(self, module: nn.Module, path: str, origin: Any, source: Any, start: int) -> None:
+        global wide
+        wide = True  # its nodes carry it in SCOPE_KEY or AROUND_KEY
         self.module: nn.Module | None = module  # while it runs
         self.key = id(module)
         self.path = path

@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from backstep.engine import saved as saved_tensors
 from backstep.engine.provenance import cuts as provenance_cuts
+from backstep.engine.provenance import scopes as provenance_scopes
 from backstep.engine.provenance.frames import find_source
 from backstep.engine.provenance.inplace import _names as _known_names
 from backstep.engine.provenance.inplace import mutating_name, record, tensor_versions
@@ -48,19 +49,9 @@ from backstep.engine.provenance.scopes import (
 )
 
 __all__ = [
-    "AROUND_KEY",
-    "MODULE_KEY",
-    "SAVED_VERSIONS_KEY",
-    "SCOPE_KEY",
-    "SOURCE_KEY",
-    "SPAN_KEY",
-    "TaggingMode",
-    "add_mode",
-    "annotate",
-    "pause_if_top",
-    "remove_mode",
-    "saved_versions",
-]
+    "AROUND_KEY", "MODULE_KEY", "SAVED_VERSIONS_KEY", "SCOPE_KEY", "SOURCE_KEY", "SPAN_KEY",
+    "TaggingMode", "add_mode", "annotate", "pause_if_top", "remove_mode", "saved_versions",
+]  # fmt: skip
 
 _compiling = torch.compiler.is_compiling
 # is_compiling() in two cheap steps (see provenance_modules): every op of the user's runs this
@@ -210,6 +201,8 @@ class TaggingMode(TorchFunctionMode):
         if mutated:
             outputs = [*outputs, *mutated]
         span = (start, end) if end - start > 1 else None
+        if span is not None:
+            provenance_scopes.wide = True
         tagged: list[Any] = []
         for value in outputs:
             if not isinstance(value, torch.Tensor):
@@ -247,8 +240,11 @@ def annotate(roots: Any) -> int:
     that same call and inherits its source and module. Nodes made inside torch's own modules
     carry the Region of the outermost one (provenance_scopes): they, and their untagged parents
     that the region made, get the source, module path and Scope of the innermost module call
-    that made them. Holds nodes only for the duration of the walk.
+    that made them. Holds nodes only for the duration of the walk. Until some node got a span
+    or a Region (``provenance_scopes.wide``) there is nothing to hand down and no walk.
     """
+    if not provenance_scopes.wide:
+        return 0
     stack = [node for node in roots if node is not None]
     done: set[Any] = set()
     count = 0
