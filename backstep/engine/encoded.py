@@ -9,8 +9,6 @@ recorder uses ``text`` where it is set and encodes the dict itself otherwise. St
 from __future__ import annotations
 
 import json
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-from typing import Any
 
 
 class Encoded(dict):
@@ -32,22 +30,7 @@ def json_safe(name: str) -> bool:
     return safe
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def compact_json(value: Any) -> str:
-    """``json.dumps(value, separators=(",", ":"), allow_nan=False)``: what ``_COMPACT.encode``
-    does, step for step, without its Python-level calls around the C encoder (every pass
-    writes its header with it)."""
-    if isinstance(value, str):
-        return encode_basestring_ascii(value)
-    if c_make_encoder is None:  # a Python without the C accelerator
-        return _COMPACT.encode(value)
-    chunks = c_make_encoder({}, _COMPACT.default, encode_basestring_ascii, None, ":", ",",
-                            False, False, False)(value, 0)
-    if not isinstance(chunks, (list, tuple)):
-        chunks = list(chunks)
-    return "".join(chunks)
+compact_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 _TEXTS: dict[str, str] = {}

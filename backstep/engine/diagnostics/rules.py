@@ -153,7 +153,7 @@ class EventRules:
         pass's leaves come between its nodes) and says whether the run goes on: True; False,
         it ends after that event (what it set off is followed first); None, it ends before
         it, unanalysed."""
-        passes, cache, freed_by, count = self.passes, self._statuses, self.freed_by, len(events)
+        passes, cache, count = self.passes, self._statuses, len(events)
         number: Any = _UNSEEN  # the pass of the events before, and its info: read once a run
         info: PassInfo | None = None
         i = start
@@ -189,23 +189,11 @@ class EventRules:
                 outgoing = get("grad_outputs")
                 if outgoing and info.origins < NONFINITE_PER_PASS:
                     incoming = get("grad_inputs")
-                    if incoming is not None:
-                        bad: int | None = 0  # ``_count(incoming)``, inline
-                        for summary in incoming:
-                            if summary is not None:
-                                nonfinite = summary.get("nonfinite")
-                                if nonfinite is None:
-                                    bad = None
-                                    break
-                                bad += nonfinite
-                        if bad or (get("id") in info.roots and _count(outgoing)):
-                            break  # ``_nonfinite`` has something to look at
+                    if incoming is not None and (
+                            _count(incoming) or (get("id") in info.roots and _count(outgoing))):
+                        break  # ``_nonfinite`` has something to look at
                 if held and not info.retain:
-                    node_id = get("id")  # ``_remember_freed``, inline
-                    freed_by.pop(node_id, None)
-                    freed_by[node_id] = info.number
-                    if len(freed_by) > MAX_FREED:
-                        self._remember_freed(node_id, info.number)
+                    self._remember_freed(get("id"), info.number)
             i += 1
         return i
 
