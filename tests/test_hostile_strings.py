@@ -162,6 +162,7 @@ def test_show_that_crashes_does_not_exit_0(traces, monkeypatch, capsys) -> None:
 
     monkeypatch.setattr(SourcePanel, "show_source", boom)
     monkeypatch.setattr(ReplayApp, "run", lambda self: App.run(self, headless=True))
+    monkeypatch.setattr("backstep.commands.no_terminal", lambda *args: False)  # headless
     assert main(["show", str(traces[1])]) == 1
     assert "RuntimeError: boom" in capsys.readouterr().err
 

@@ -71,6 +71,26 @@ def say(who: str, message: str) -> None:
     print(f"backstep {who}: {safe_text.printable(message)}", file=sys.stderr)
 
 
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"  # what textual-serve runs each UI under
+
+
+def no_terminal(who: str, instead: str) -> bool:
+    """True, after one line on stderr, when there is no terminal to draw the UI on (stdin or
+    stdout is not one: ``</dev/null >file``): the UI would draw into a file and never end.
+    A UI run by the browser server (textual-serve's web driver) has pipes, not a terminal."""
+    import os
+
+    if os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER:
+        return False
+    try:
+        if os.isatty(0) and os.isatty(1):
+            return False
+    except OSError:
+        pass
+    say(who, f"no terminal to open the UI on (standard input and output must be one); {instead}")
+    return True
+
+
 def open_traces(who: str, *paths: str, partial: bool = False,
                 strict: bool = False) -> list[Any] | None:
     """Index each trace (``traces.index.TraceIndex``); None, after one line on stderr naming the

@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.commands import open_traces, say
+    from backstep.commands import no_terminal, open_traces, say
     from backstep.traces.index import TraceIndex
     from backstep.traces.passes import TraceError
 
@@ -74,6 +74,9 @@ def main(args: argparse.Namespace) -> int:
             return 2
         if serving.wanted(args):  # checked here; each browser connection opens it anew
             return serving.show(args)
+        if no_terminal("show", "--serve opens it in a browser, `backstep diff` and `backstep "
+                       "export` read a trace without one"):
+            return 2
         from backstep.traces.diff import Tolerance
         from backstep.tui.replay_app import ReplayApp
         from backstep.tui.runtime.hangup import HangUp
