@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
 import sys
 from typing import Any
 
@@ -57,18 +59,50 @@ def overwrites_source(output: str, script: str | None) -> str | None:
     return None
 
 
+def open_trace_file(path: str, chosen: bool) -> Any:
+    """``path`` opened for writing, truncated. A name the person did not choose (the default
+    ``backstep-trace.jsonl``, a ``--children`` file) may sit in a shared directory where
+    another user planted a symbolic link to a file of ours: never written through one, nor
+    into a file that is not a regular one or not ours. OSError with a sentence if refused."""
+    if chosen:
+        return open(path, "wb")  # noqa: SIM115 - the caller's to close
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise OSError(exc.errno, "it is a symbolic link (not writing through it; "
+                          "-o FILE names the file to write)") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file (-o FILE names the file "
+                          "to write)")
+        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "it belongs to another user (not overwriting it; "
+                          "-o FILE names the file to write)")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def main(args: argparse.Namespace) -> int:
     problem = torch_problem()
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
+    chosen = args.output is not None
     args.output = rank_output(args.output)
     refused = overwrites_source(args.output, args.script)
     if refused is not None:
         print(f"backstep trace: {refused}", file=sys.stderr)
         return 2
     try:
-        stream = open(args.output, "wb")  # noqa: SIM115 - lives as long as the script
+        stream = open_trace_file(args.output, chosen)  # lives as long as the script
     except OSError as exc:
         print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -90,9 +124,12 @@ def main(args: argparse.Namespace) -> int:
         recorders[-1].abandon()
         if not getattr(args, "children", False):
             return None
+        name = child_path(args.output, os.getpid())
         try:
-            child_stream = open(child_path(args.output, os.getpid()), "wb")  # noqa: SIM115
-        except OSError:
+            child_stream = open_trace_file(name, False)
+        except OSError as exc:
+            print(f"backstep trace: not recording child {os.getpid()}: cannot write {name}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
             return None
         recorders.append(JsonlRecorder(child_stream))
         return recorders[-1]
