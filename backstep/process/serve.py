@@ -34,18 +34,89 @@ ENV_TOKEN = "BACKSTEP_SERVE_TOKEN"
 PAGE = Path(__file__).with_name("serve_page")  # the template folder
 
 
-def guard(token: str) -> Any:
-    """The aiohttp middleware: 403 for any path not under ``/TOKEN/`` (and ``/TOKEN``)."""
+ENV_ORIGINS = "BACKSTEP_SERVE_ORIGINS"  # more origins allowed to frame the page, space-separated
+LOOPBACK_FRAMERS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*",
+                    "https://127.0.0.1:*", "https://localhost:*", "https://[::1]:*")
+
+
+def _origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of an absolute http(s) URL, lowercased; None for anything else."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+            return None
+        return f"{parts.scheme.lower()}://{parts.netloc.lower().rsplit('@', 1)[-1]}"
+    except ValueError:
+        return None
+
+
+def configured_origins(environ: Any = None) -> list[str]:
+    """The browser origins the person named: that of BACKSTEP_SERVE_URL (the page behind a
+    tunnel or proxy) and those in BACKSTEP_SERVE_ORIGINS (a notebook on another host)."""
+    from backstep.process.notebook_cell import ENV_URL
+
+    environ = os.environ if environ is None else environ
+    named = [environ.get(ENV_URL, "").replace("{port}", "1")]
+    named += environ.get(ENV_ORIGINS, "").split()
+    found = [_origin_of(url) for url in named]
+    return [origin for origin in found if origin]
+
+
+def headers_for(configured: list[str]) -> dict[str, str]:
+    """Sent with every answer: no page but our own, a notebook's on this machine and those
+    configured may frame the page (a frame on a hostile page could be clicked through: the UI
+    has a console); the URL, which carries the token, is never sent on as a referrer."""
+    ancestors = " ".join(["'self'", *LOOPBACK_FRAMERS, *configured])
+    return {"Content-Security-Policy": f"frame-ancestors {ancestors}",
+            "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store"}
+
+
+def websocket_origin_ok(request: Any, configured: list[str]) -> bool:
+    """Whether the websocket comes from our page: a browser always names the page that opens
+    one (``Origin``), and a page elsewhere that learnt the URL must not drive the console.
+    Ours is the address the browser asked for (``Host``, or the ``X-Forwarded-Host`` a proxy
+    in front of us names), or one configured. No Origin: not a browser (a script, a test)."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    origin = origin.strip().lower()
+    if origin in configured:
+        return True
+    own = {request.headers.get("Host", "")}
+    own |= {h.strip() for h in request.headers.get("X-Forwarded-Host", "").split(",")}
+    netloc = origin.split("://", 1)[-1] if origin.startswith(("http://", "https://")) else None
+    return netloc is not None and netloc in {h.lower() for h in own if h}
+
+
+def guard(token: str, configured: list[str] | None = None) -> Any:
+    """The aiohttp middleware: 403 for any path not under ``/TOKEN/`` (and ``/TOKEN``), and for
+    a websocket opened by a page not ours (``websocket_origin_ok``); every answer carries
+    ``headers_for``."""
     from aiohttp import web
 
     expected = token.encode()
+    configured = configured_origins() if configured is None else configured
+    headers = headers_for(configured)
 
     @web.middleware
     async def check(request: web.Request, handler: Any) -> web.StreamResponse:
         given = request.raw_path.split("?", 1)[0].split("/", 2)[1]  # "/T/x" -> "T"
         if not hmac.compare_digest(given.encode("utf-8", "replace"), expected):
-            return web.Response(status=403, text="403: forbidden\n")
-        return await handler(request)
+            return web.Response(status=403, text="403: forbidden\n", headers=headers)
+        if (request.headers.get("Upgrade", "").lower() == "websocket"
+                and not websocket_origin_ok(request, configured)):
+            return web.Response(status=403, text="403: not from this page\n", headers=headers)
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:  # a redirect, a 404: with the same headers
+            exc.headers.update(headers)
+            raise
+        if not response.prepared:  # a websocket's answer went out already
+            response.headers.update(headers)
+        return response
 
     return check
 
