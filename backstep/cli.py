@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     ``trace`` runs meets a closed pipe exactly as under plain python."""
     script_stdout = False
     words = sys.argv[1:] if argv is None else argv
+    if argv is None and os.environ.get("BACKSTEP_SERVED_BY"):  # a browser server's UI
+        from backstep.process import leash
+
+        leash.hold()  # ends with its server, however that ends
     try:
         try:
             parser = build_parser(words[0] if words else None)

@@ -133,6 +133,7 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
         def __init__(self) -> None:
             super().__init__(shlex.join(command), host="127.0.0.1", title=title)
             self.sessions = 0
+            self.services: set[Any] = set()  # the UIs running: ended with the server
             self.once = once
             self.ended = asyncio.Event()
 
@@ -177,6 +178,7 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
                     self.command, write_bytes=websocket.send_bytes,
                     write_str=websocket.send_str, close=websocket.close,
                     download_manager=self.download_manager, debug=self.debug)
+                self.services.add(service)
                 await service.start(width, height)
                 await self._process_messages(websocket, service)
             except asyncio.CancelledError:
@@ -186,17 +188,63 @@ def make_server(command: list[str], token: str, title: str, once: bool) -> Any:
             finally:
                 if service is not None:
                     await service.stop()
+                    self.services.discard(service)
                 self.sessions -= 1
                 if self.once and self.sessions == 0:
                     self.ended.set()
             return websocket
 
     class ClosingAppService(AppService):
+        """textual-serve's, with the UI run without a shell in between (a shell would outlive
+        it) and told who its server is (``process.leash``: it ends if the server dies), and a
+        stop that ends the UI however busy or stuck it is."""
+
+        async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
+            from backstep.process.leash import ENV_SERVED_BY
+
+            environment = self._build_environment(width=width, height=height)
+            environment[ENV_SERVED_BY] = str(os.getpid())
+            self._process = process = await asyncio.create_subprocess_exec(
+                *shlex.split(self.command), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env=environment)
+            assert process.stdin is not None
+            self._stdin = process.stdin
+            return process
+
         async def run(self) -> None:
             await super().run()
             await self.remote_close()
 
+        async def stop(self) -> None:
+            """Ask the UI to quit, as textual-serve does; if it has not ended QUIT_GRACE
+            seconds later, SIGTERM, then SIGKILL."""
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(super().stop(), QUIT_GRACE)
+            await end(self._process)
+
     return TokenServer()
+
+
+QUIT_GRACE = 3.0  # seconds a UI has to quit when its browser goes, before SIGTERM
+TERM_GRACE = 2.0  # then SIGKILL
+
+
+async def end(process: Any) -> None:
+    """End a UI process for good: a moment to end on its own, then SIGTERM, then SIGKILL."""
+    if process is None:
+        return
+    for send, grace in ((None, 0.5), (process.terminate, TERM_GRACE), (process.kill, None)):
+        if process.returncode is not None:
+            return
+        if send is not None:
+            with contextlib.suppress(ProcessLookupError):
+                send()
+        try:
+            await asyncio.wait_for(process.wait(), grace)
+            return
+        except asyncio.TimeoutError:
+            continue
 
 
 async def _serve(server: Any, sock: socket.socket, token: str) -> None:
@@ -220,6 +268,9 @@ async def _serve(server: Any, sock: socket.socket, token: str) -> None:
     for wait in waits:
         wait.cancel()
     await runner.cleanup()
+    # a UI whose session did not wind down with the server's: no child outlives the server
+    await asyncio.gather(*(end(service._process) for service in list(server.services)),
+                         return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
