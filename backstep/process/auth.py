@@ -87,17 +87,25 @@ def read_line(sock: socket.socket, deadline: float, limit: int = MAX_HANDSHAKE_L
         raise HandshakeError("malformed handshake") from None
 
 
+HELLO_TIMEOUT = 5.0  # seconds from the challenge to the hello: a round trip, however slow
+
+
 def serve(sock: socket.socket, token: str, timeout: float,
-          admit: Any = None) -> None:
+          admit: Any = None, heard: Any = None) -> None:
     """The debuggee's side; returns once the peer proved it knows ``token`` and has been
     welcomed. ``admit()`` (called only then) may raise HandshakeError to turn it away (another
-    UI is attached). Raises HandshakeError with the reason otherwise; OSError if the
-    connection fails."""
-    deadline = time.monotonic() + timeout
+    UI is attached); ``heard()`` is called once the peer's hello line is in. A peer that says
+    nothing is cut off ``HELLO_TIMEOUT`` after the challenge (one round trip is all it needs),
+    the whole exchange at ``timeout``. Raises HandshakeError with the reason otherwise;
+    OSError if the connection fails."""
+    start = time.monotonic()
+    deadline = start + timeout
     server_nonce = secrets.token_bytes(NONCE_BYTES)
     sock.settimeout(max(deadline - time.monotonic(), 0.001))
     send_line(sock, {"event": "challenge", "scheme": SCHEME, "nonce": server_nonce.hex()})
-    hello = read_line(sock, deadline)
+    hello = read_line(sock, min(deadline, start + HELLO_TIMEOUT))
+    if heard is not None:
+        heard()
     if hello.get("event") != "hello":
         raise HandshakeError("malformed handshake")
     client_nonce = _nonce(hello.get("nonce"))

@@ -10,11 +10,16 @@ nothing stops until the next UI attaches: the script never waits on a UI that is
 A connection that fails the handshake is refused and forgotten; it never reaches the
 controller or the script. Refusals are logged on stderr without flooding it (``refusals``: the
 first in full, then one summary line per 10 s). Handshakes run on their own threads, at most
-``MAX_HANDSHAKES`` at once, each with a total deadline. When all are taken, a new connection
-does not wait or get refused: the oldest pending handshake of the address that holds the most
-is let go. Eight silent sockets used to keep the real UI out for the whole 10 s deadline, again
-and again; now a flood from one address cannot push out a UI from another, and one from the UI's
-own address would have to open ``MAX_HANDSHAKES`` connections within the UI's one round trip.
+``MAX_HANDSHAKES`` at once, each with a total deadline and a short one for its hello
+(``auth.HELLO_TIMEOUT``). When all are taken, a new connection does not wait or get refused: a
+pending handshake is let go, never one whose hello has come (read, or whole in the socket's
+buffer): the oldest of the silent ones, of the address that holds the most. The real UI sends
+its hello one round trip after it connects; behind an SSH tunnel it comes from 127.0.0.1 like
+any local flood, so what protects it is that it speaks: a flood of silent connections from its
+own address would have to open ``MAX_HANDSHAKES`` of them within that one round trip (at 100 a
+second, 1.28 s) to push it out. Eight silent sockets used to keep the real UI out for the whole
+10 s deadline; 75-100 a second still did, in 4-5 tries of 30, while 32 slots were let go by
+age alone.
 Stdlib only (no torch, no textual).
 """
 
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
+import select
 import socket
 import struct
 import sys
@@ -39,7 +46,7 @@ ENV_LISTEN = "BACKSTEP_LISTEN"
 ENV_TOKEN = "BACKSTEP_TOKEN"
 DEFAULT_HOST = "127.0.0.1"
 HANDSHAKE_TIMEOUT = 10.0  # total, from accept to welcome
-MAX_HANDSHAKES = 32  # connections proving themselves at once; a new one lets the oldest go
+MAX_HANDSHAKES = 128  # connections proving themselves at once; a new one lets a silent one go
 EVICTED = "too many connections waiting to prove the token (the oldest was let go)"
 SEND_TIMEOUT = 30  # seconds a UI may leave our events unread before it counts as gone
 KEEPALIVE = (30, 10, 3)  # idle seconds, interval, probes: a vanished peer is noticed in ~1 min
@@ -86,6 +93,26 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT, 0))
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _lines_waiting(socks: list[socket.socket]) -> set[socket.socket]:
+    """Those of ``socks`` with a whole line waiting in their buffer, unread (a hello on its way
+    in): one ``poll`` for all, then a look (``MSG_PEEK``, never blocking: through a duplicate
+    without the handshake's timeout, which would wait) at the few that have anything."""
+    if not hasattr(select, "poll"):
+        return set()
+    poller = select.poll()
+    by_fd = {}
+    for sock in socks:
+        with contextlib.suppress(OSError, ValueError):
+            by_fd[sock.fileno()] = sock
+            poller.register(sock.fileno(), select.POLLIN)
+    found = set()
+    for fd, _ in poller.poll(0):
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as view:
+            if b"\n" in view.recv(auth.MAX_HANDSHAKE_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                found.add(by_fd[fd])
+    return found
 
 
 def _refuse(sock: socket.socket, why: str) -> None:
@@ -141,6 +168,7 @@ class RemoteServer:
         # the connections proving themselves, oldest first, with their host; those let go
         self._pending: dict[socket.socket, str] = {}
         self._evicted: set[socket.socket] = set()
+        self._heard: set[socket.socket] = set()  # pending ones whose hello has been read
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.create_server((host, port), family=family, backlog=MAX_HANDSHAKES)
@@ -200,22 +228,34 @@ class RemoteServer:
             who = format_address(str(peer[0]), int(peer[1]))
             with self._lock:
                 if len(self._pending) >= MAX_HANDSHAKES:
-                    self._let_go(self._oldest_of_busiest())
+                    self._let_go(self._to_let_go())
                 self._pending[sock] = str(peer[0])
             threading.Thread(target=self._connection, args=(sock, who),
                              name="backstep-remote-ui", daemon=True).start()
 
-    def _oldest_of_busiest(self) -> socket.socket:
-        """The pending handshake to let go: the oldest of the host with the most (lock held)."""
+    def _to_let_go(self) -> socket.socket:
+        """The pending handshake to let go (lock held): of those that have not said their hello
+        (none read, none whole in the socket's buffer), the oldest of the host with the most;
+        only when every one has spoken, the oldest of the busiest host."""
+        waiting = _lines_waiting([sock for sock in self._pending if sock not in self._heard])
+        silent = {sock: host for sock, host in self._pending.items()
+                  if sock not in self._heard and sock not in waiting}
+        pool = silent or self._pending
         counts: dict[str, int] = {}
-        for host in self._pending.values():
+        for host in pool.values():
             counts[host] = counts.get(host, 0) + 1
         busiest = max(counts, key=counts.__getitem__)
-        return next(sock for sock, host in self._pending.items() if host == busiest)
+        return next(sock for sock, host in pool.items() if host == busiest)
+
+    def _heard_from(self, sock: socket.socket) -> None:
+        with self._lock:
+            if sock in self._pending:
+                self._heard.add(sock)
 
     def _let_go(self, sock: socket.socket) -> None:
         """End a pending handshake from here (lock held): its thread sees the end and leaves."""
         del self._pending[sock]
+        self._heard.discard(sock)
         self._evicted.add(sock)
         with contextlib.suppress(OSError):
             sock.send(protocol.encode(protocol.error_event(f"refused: {EVICTED}")),
@@ -236,10 +276,12 @@ class RemoteServer:
 
         try:
             try:
-                auth.serve(sock, self.token, self.handshake_timeout, admit)
+                auth.serve(sock, self.token, self.handshake_timeout, admit,
+                           lambda: self._heard_from(sock))
             finally:
                 with self._lock:
                     self._pending.pop(sock, None)
+                    self._heard.discard(sock)
                     evicted = sock in self._evicted
                     self._evicted.discard(sock)
             if evicted:  # let go just as it proved itself: it must come again
