@@ -73,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
             side = compiled_side(a, b)  # torch.compile against eager: by leaf and region
             report = (diff_compiled(a, b, side, Tolerance(args.rtol, args.atol)) if side
                       else diff(a, b, Tolerance(args.rtol, args.atol)))
+        report = shortened(report)  # a 50 MB node name from a hostile trace is no report
         text = json_text(report) if args.json else render(report)
     except TraceError as exc:  # a malformed event met while reading a pass: 2, never 1
         print(f"backstep diff: {exc}", file=sys.stderr)
@@ -83,6 +84,23 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(text)
     return 0 if report["same"] else 1
+
+
+def shortened(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with every string from the traces (names, files, code, notes) longer than
+    ``limits.NAME_LIMIT`` cut to its start and its length; the two paths stay whole."""
+    from backstep.traces.limits import shorten
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return shorten(value)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return {key: value if key in ("a", "b") else walk(value) for key, value in report.items()}
 
 
 def json_text(report: dict[str, Any]) -> str:

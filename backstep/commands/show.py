@@ -72,6 +72,11 @@ def main(args: argparse.Namespace) -> int:
         if not index.numbers():
             say("show", f"{args.trace} has no backward pass to show")
             return 2
+        try:  # the first pass is drawn at once: one too big to read is said here
+            index.check_size(index.numbers()[0])
+        except TraceError as exc:
+            say("show", str(exc))
+            return 2
         if serving.wanted(args):  # checked here; each browser connection opens it anew
             return serving.show(args)
         if no_terminal("show", "--serve opens it in a browser, `backstep diff` and `backstep "

@@ -26,6 +26,7 @@ from typing import Any
 from backstep import safe_text
 from backstep.protocol import VERSION
 from backstep.trace_form import expand
+from backstep.traces import limits
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
 from backstep.traces.long_output import output_entry
 from backstep.traces.passes import (
@@ -343,8 +344,11 @@ class TraceIndex:
         events: list[dict[str, Any]] = []
         end_event: dict[str, Any] | None = None
         begin: dict[str, Any] = {}
+        first = self.passes[number].first
         for line, start in zip(self._bytes.each(lines.starts, lines.ends), lines.starts,
                                strict=True):
+            if start == first:  # its pass_begin: too many nodes is said before any is parsed
+                limits.check(self.path, number, line, len(lines.nodes))
             event = self._decode(line, start)
             if event is None:
                 continue
@@ -356,6 +360,13 @@ class TraceIndex:
                 end_event = event
             events.append(event)
         return Pass(number, begin, events, end_event)
+
+    def check_size(self, number: int) -> None:
+        """``limits.PassTooBig`` if pass ``number`` has more nodes than backstep reads."""
+        lines = self.pass_lines(number)
+        first = self.passes[number].first
+        line = self._bytes.read(first, lines.ends[0]) if len(lines.ends) else None
+        limits.check(self.path, number, line, len(lines.nodes))
 
     def event_at(self, start: int, end: int) -> dict[str, Any] | None:
         """The event on the line at these byte offsets (None when it cannot be read)."""
