@@ -1,7 +1,8 @@
 """Issue 45: one wide hostile pass costs no more than a small multiple of the file's size. A
 132 MB trace of one 2,000,000-node pass cost ``diff`` 2.7 GB and 2 minutes, ``export --dot``
-1.9 GB; now a pass over the limit (``traces.limits``) is refused in one line before any node
-is parsed. ``diff`` shortens a 1 MB node name in its report instead of printing it whole."""
+1.9 GB; now a pass whose nodes would cost more than 8 times its bytes (``traces.limits``) is
+refused in one line before any node is parsed, under an address-space limit of 3 times the
+file (plus the interpreter's own). ``diff`` shortens a 1 MB node name in its report."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 FIXTURE = Path(__file__).parent / "fixtures" / "small_trace.jsonl"
-NODES = 600_000  # over the limit (500,000): 40 MB of file
+NODES = 600_000  # 40 MB of file: 840 MB to read, over 8 times its size
 
 
 def write_wide(path: Path, nodes: int) -> None:
@@ -59,7 +60,8 @@ def test_a_wide_pass_is_refused_in_one_line_within_a_small_multiple_of_its_size(
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
-    assert f"pass 1 has {NODES + 1:,} nodes, more than backstep reads in one pass" in done.stderr
+    assert f"pass 1 has {NODES + 1:,} nodes in " in done.stderr
+    assert "of memory, more than 8 times its size" in done.stderr
 
 
 def test_the_limit_can_be_raised_and_a_pass_under_it_is_read(tmp_path: Path) -> None:
@@ -68,7 +70,7 @@ def test_the_limit_can_be_raised_and_a_pass_under_it_is_read(tmp_path: Path) -> 
     env = {**os.environ, "BACKSTEP_MAX_PASS_NODES": "1000"}
     done = subprocess.run([sys.executable, "-m", "backstep", "export", str(small)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "(1,000, about" in done.stderr
+    assert done.returncode == 2 and "more than BACKSTEP_MAX_PASS_NODES=1000" in done.stderr
     env["BACKSTEP_MAX_PASS_NODES"] = "5000"
     done = subprocess.run([sys.executable, "-m", "backstep", "export", str(small)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
@@ -109,3 +111,16 @@ def test_diff_shortens_a_huge_name(tmp_path: Path, json_report: bool) -> None:
     assert done.returncode == 1, done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) < 2000
     assert "(1,000,012 characters)" in done.stdout
+
+
+def test_a_real_pass_is_far_from_the_limit() -> None:
+    """The fixture (a recorded run): its pass costs a small fraction of what it may."""
+    from backstep.traces import limits
+    from backstep.traces.index import TraceIndex
+
+    with TraceIndex(FIXTURE) as index:
+        index.check_size(1)
+        assert len(index.read(1).nodes) == 8
+    limits.check("t", 1, b'{"id":1},' * 40_000, 0, 10)  # under the floor: read, however small
+    with pytest.raises(limits.PassTooBig, match="more than 8 times its size"):
+        limits.check("t", 1, b'{"id":1},' * 60_000, 0, 540_000)

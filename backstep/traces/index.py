@@ -348,7 +348,8 @@ class TraceIndex:
         for line, start in zip(self._bytes.each(lines.starts, lines.ends), lines.starts,
                                strict=True):
             if start == first:  # its pass_begin: too many nodes is said before any is parsed
-                limits.check(self.path, number, line, len(lines.nodes))
+                limits.check(self.path, number, line, len(lines.nodes),
+                             self.passes[number].last - first)
             event = self._decode(line, start)
             if event is None:
                 continue
@@ -362,11 +363,11 @@ class TraceIndex:
         return Pass(number, begin, events, end_event)
 
     def check_size(self, number: int) -> None:
-        """``limits.PassTooBig`` if pass ``number`` has more nodes than backstep reads."""
+        """``limits.PassTooBig`` if pass ``number`` has more nodes than its size allows."""
         lines = self.pass_lines(number)
         first = self.passes[number].first
         line = self._bytes.read(first, lines.ends[0]) if len(lines.ends) else None
-        limits.check(self.path, number, line, len(lines.nodes))
+        limits.check(self.path, number, line, len(lines.nodes), self.passes[number].last - first)
 
     def event_at(self, start: int, end: int) -> dict[str, Any] | None:
         """The event on the line at these byte offsets (None when it cannot be read)."""
