@@ -416,7 +416,7 @@ def test_q_after_the_end_exits_with_the_scripts_code_and_leaves_its_output(tmp_p
 
 CRASHING_UI = (
     "import sys\n"
-    "from backstep.tui.live_app import BackstepApp\n"
+    "from backstep.tui.app import BackstepApp\n"
     "def broken(self):\n"
     "    raise RuntimeError('a bug in the UI')\n"
     "BackstepApp.action_step = broken\n"

@@ -16,9 +16,9 @@ import pytest
 from backstep.traces import filebytes, long_output
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import TraceError
-from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
 from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
 
 CUT_WHILE_OPEN = """\
     import os, sys
@@ -113,7 +113,7 @@ async def test_show_says_in_one_notification_that_the_trace_was_cut(tmp_path: Pa
     trace = tmp_path / "t.jsonl"
     write_transformer_trace(trace, passes=4, nodes=30)
     with TraceIndex(trace) as index:
-        app = ReplayApp(index, settle_memory=False)
+        app = replay_app(index, settle_memory=False)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             os.truncate(trace, index.passes[2].first)

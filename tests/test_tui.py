@@ -12,7 +12,7 @@ import pytest
 from rich.text import Text
 from textual.widgets import Input, Select
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.messages import ConsoleOutput, Disconnected, ServerError
 from backstep.tui.panels.breakpoint_dialog import BreakpointDialog
 from backstep.tui.panels.console import ConsolePanel
@@ -28,6 +28,7 @@ from tests.tui_fixtures import (
     POW,
     RecordingLink,
     example_events,
+    live_app,
     pass_begin,
     summary,
     upto_stop,
@@ -76,7 +77,7 @@ def line_with(text: str, *words: str) -> str:
 def make_app(stop: int = 1, events: list[dict[str, Any]] | None = None,
              **kwargs: Any) -> tuple[BackstepApp, RecordingLink]:
     link = RecordingLink(example_events() if events is None else events, stop=stop)
-    return BackstepApp(link, **kwargs), link
+    return live_app(link, **kwargs), link
 
 
 async def open_tensor_view(app: Any, pilot: Any) -> None:
@@ -146,7 +147,7 @@ async def test_continue_and_finish_keys() -> None:
 async def test_keys_do_nothing_while_running() -> None:
     events = upto_stop(1)[:2]  # session and pass_begin, no stop yet
     link = RecordingLink(events, stop=99)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("n", "c", "f")
@@ -205,7 +206,7 @@ async def test_enter_opens_tensor_view_and_fetches_values() -> None:
         request = link.sent[-1]
         assert request["cmd"] == "tensor" and request["node"] == POW
         assert request["slot"] == "grad_outputs" and request["index"] == 0
-        app.reader.feed({"event": "tensor", "req": request["req"], "shape": [3], "dtype": "float32",
+        app.driver.reader.feed({"event": "tensor", "req": request["req"], "shape": [3], "dtype": "float32",
                          "numel": 3, "offset": 0, "values": [1.5, "nan", -2.0]})
         await pilot.pause()
         text = screen_text(app)
@@ -282,7 +283,7 @@ async def test_leaves_count_passes_since_zeroed() -> None:
             ev["before"] = ev["after"]
             ev["after"] = summary([2 * ev["after"]["values"][0]])
     link = RecordingLink(events + second, stop=6)  # the first stop of pass 2
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f")
         await pilot.pause()
@@ -504,7 +505,7 @@ async def test_link_rows_jump_to_the_shared_node() -> None:
 async def test_malformed_events_never_crash_the_ui(bad: dict[str, Any]) -> None:
     app, _ = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        app.reader.feed(bad)
+        app.driver.reader.feed(bad)
         await pilot.pause()
         await pilot.press("n")
         await pilot.pause()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.modules import ModulePanel
@@ -18,6 +18,7 @@ from tests.test_tui import line_with, pilot, screen_text, settle
 from tests.tui_fixtures import (
     LONG_LEAVES,
     RecordingLink,
+    live_app,
     long_name_events,
     saved,
     stop_at,
@@ -35,7 +36,7 @@ def no_wider(widget: Any) -> bool:
 
 
 def make_app(stop: int = 3) -> BackstepApp:
-    return BackstepApp(RecordingLink(long_name_events(), stop=stop))
+    return live_app(RecordingLink(long_name_events(), stop=stop))
 
 
 def test_cut_left_keeps_the_tail() -> None:
@@ -162,7 +163,7 @@ def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("size", [(80, 24), (110, 32), (170, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         graph = app.query_one(GraphPanel)
@@ -200,7 +201,7 @@ async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple
         # the leaf's name cut from the left to keep the target on one line
         target = line_with(text, "grad_input[1] →")
         assert "AccGrad (…" in target and ".weight) #4" in target, target
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         # a [2, 2] gradient's summary wraps onto a second line: every number and the dtype
@@ -218,7 +219,7 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
     events = copy.deepcopy(upto_stop(3, long_name_events()))
     events[-1]["saved"] = [saved("self", [10, 16]), saved("total_weight", []),
                            saved("mat1_sym_sizes_0_really_long", [4096, 50257])]
-    app = BackstepApp(RecordingLink(events, stop=3))
+    app = live_app(RecordingLink(events, stop=3))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         text = screen_text(app)
@@ -231,7 +232,7 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
 @pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await pilot.press("m")

@@ -3,7 +3,6 @@ and n steps again."""
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.modules import ModulePanel
@@ -19,6 +18,7 @@ from tests.tui_fixtures import (
     POW,
     RecordingLink,
     example_events,
+    live_app,
     long_name_events,
 )
 
@@ -54,7 +54,7 @@ async def type_query(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
 @pilot
 async def test_slash_enter_n_and_escape() -> None:
     link = RecordingLink(long_name_events(), stop=1)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         assert not app.query_one(SearchBar).display
@@ -82,7 +82,7 @@ async def test_slash_enter_n_and_escape() -> None:
 
 @pilot
 async def test_search_by_leaf_name_and_no_match() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    app = live_app(RecordingLink(long_name_events(), stop=1))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await type_query(pilot, "c_proj.bias")
@@ -126,7 +126,7 @@ def two_passes_own_ids() -> list[dict]:
 @pilot
 async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None:
     link = RecordingLink(two_passes_own_ids(), stop=6)  # the start of pass 2 (f from pass 1)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=(140, 42)) as pilot:
         await pilot.pause()
         await pilot.press("p")  # reviewing pass 1, before its last node
@@ -146,7 +146,7 @@ async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None
 
 @pilot
 async def test_search_while_reviewing_in_the_module_view() -> None:
-    app = BackstepApp(RecordingLink(two_passes_own_ids(), stop=6))
+    app = live_app(RecordingLink(two_passes_own_ids(), stop=6))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("p", "m")  # pass 1 under review, its modules

@@ -11,7 +11,7 @@ import inspect
 import math
 from typing import Any
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 
 
 def example_script() -> None:  # pragma: no cover - the source lines the fixture events point at
@@ -151,9 +151,9 @@ class RecordingLink:
         self.events = events
         self.stop = stop
         self.closed = False
-        self.app: BackstepApp | None = None
+        self.app: Any = None  # the LinkedApp it was opened with (the live driver)
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: Any) -> None:
         self.app = app
         if self.events is not None:
             for event in upto_stop(self.stop, self.events):
@@ -290,3 +290,22 @@ def long_name_events() -> list[dict[str, Any]]:
         elif ev["event"] == "accumulate":
             ev["leaf"] = LONG_LEAVES[ev["leaf"]]
     return events
+
+
+# -- the app over a session, as the commands make it (below the example: its line numbers
+# are in the snapshots) ------------------------------------------------------------------------
+
+def live_app(link: Any = None, **options: Any) -> BackstepApp:
+    """The app over a live session behind ``link`` (a ``RecordingLink`` in most tests)."""
+    from backstep.tui.runtime.live_driver import LiveDriver
+
+    return BackstepApp(LiveDriver(link), **options)
+
+
+def replay_app(index: Any, *, note: str | None = None, against: Any = None,
+               settle_memory: bool = False, **options: Any) -> BackstepApp:
+    """The app over a trace, as ``backstep show`` makes it."""
+    from backstep.tui.runtime.replay_driver import ReplayDriver
+
+    return BackstepApp(ReplayDriver(index, note=note, against=against,
+                                    settle_memory=settle_memory), **options)
