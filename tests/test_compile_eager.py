@@ -13,8 +13,8 @@ from pathlib import Path
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.status import status_text
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 ENV = {k: v for k, v in os.environ.items()
        if k not in ("PYTHONWARNINGS", "BACKSTEP_EAGER", "TORCH_COMPILE_DISABLE",

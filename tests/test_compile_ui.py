@@ -16,8 +16,8 @@ from textual.widgets import Tree
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text
 
 HOSTILE = "[bold]x[/] \x1b[31mred"
 

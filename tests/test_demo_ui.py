@@ -14,8 +14,8 @@ from backstep.process.launcher import debuggee_command
 from backstep.tui.app import BackstepApp
 from backstep.tui.panels.narration import NarrationPanel
 from backstep.tui.runtime.live_link import LiveLink
-from tests.test_tui import screen_text
 from tests.tui_fixtures import RecordingLink, example_events, live_app
+from tests.tui_pilot import screen_text
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,8 +19,8 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
 from tests.test_console_engine import Console
 from tests.test_engine_fidelity import captured
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 def record(path: Path, lines: list[str]) -> torch.Tensor:

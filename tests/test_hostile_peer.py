@@ -21,8 +21,8 @@ from backstep.commands.connect import RemoteLink
 from backstep.process import auth
 from backstep.process.channel import Channel
 from tests.hostile_traces import CONTROL, EVIL, hostile_events
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import live_app, upto_stop
+from tests.tui_pilot import pilot, screen_text
 
 CHALLENGE = protocol.encode({"event": "challenge", "scheme": auth.SCHEME, "nonce": "00" * auth.NONCE_BYTES})
 ERROR = protocol.encode({"event": "error", "message": f"refused: {EVIL}"})

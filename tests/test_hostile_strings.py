@@ -21,8 +21,8 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.runtime.live_link import LiveLink
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text, settle
 from tests.tui_fixtures import live_app, replay_app
+from tests.tui_pilot import pilot, screen_text, settle
 
 # a quoted DOT string, a node statement and an edge statement: nothing else may appear
 QUOTED = r'"(?:[^"\\\n]|\\.)*"'

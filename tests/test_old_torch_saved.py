@@ -23,8 +23,8 @@ from backstep.tui.panels.saved import UNKNOWN_LINE, SavedPanel
 from tests.test_diagnostics import PITFALLS, check_script, diagnose
 from tests.test_engine_events import nodes_of, record
 from tests.test_engine_fidelity import captured
-from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
+from tests.tui_pilot import pilot, settle
 
 
 def fake_torch(saved_tensor: type | None) -> Any:

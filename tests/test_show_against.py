@@ -14,8 +14,8 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.state.against import Against
 from tests.replay_traces import VARIANTS, record_all
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 @pytest.fixture(scope="module")

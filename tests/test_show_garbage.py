@@ -11,8 +11,8 @@ from pathlib import Path
 
 from backstep.traces.index import TraceIndex
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 @pilot

@@ -13,9 +13,8 @@ from backstep.tui.panels.flow import FlowScreen
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.saved import SavedPanel
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text
-from tests.test_tui_search import type_query
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text, type_query
 
 SCRIPT = """\
 import torch

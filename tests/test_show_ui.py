@@ -14,8 +14,8 @@ from backstep.tui.panels.goto import GotoDialog, parse_goto
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.text.format import GLYPHS
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text
 
 SCRIPT = """\
 import torch
@@ -157,7 +157,7 @@ def test_show_refuses_what_is_not_a_trace(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 def test_show_end_to_end_in_a_terminal(trace: Path, tmp_path: Path) -> None:
-    from tests.test_run_e2e import Pty
+    from tests.pty_session import Pty
 
     cut = tmp_path / "cut.jsonl"
     data = trace.read_bytes()
@@ -207,7 +207,7 @@ async def test_show_shows_the_traceback_the_script_ended_with(tmp_path: Path) ->
 def test_show_ended_by_sigterm_gives_the_terminal_back(trace: Path, tmp_path: Path) -> None:
     import signal
 
-    from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, Pty
+    from tests.pty_session import LEAVE_ALTERNATE_SCREEN, Pty
 
     ui = Pty(["-m", "backstep", "show", str(trace)], tmp_path)
     try:
@@ -229,7 +229,7 @@ async def test_help_lists_the_replay_keys(trace: Path) -> None:
             await pilot.pause()
             await press(pilot, "question_mark")
             assert isinstance(app.screen, HelpScreen)
-            text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+            text = screen_text(app)
             for key, what in (("[ / ]", "the next pass"), ("c / C", "previous breakpoint"),
                               ("g", "go to a pass"), ("n / p", "across passes")):
                 assert any(key in line and what in line for line in text.splitlines()), key
@@ -242,7 +242,7 @@ async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace
     """While the person reads a pass, the next one is opened ahead; ] then shows it, and it is
     exactly what ] shows without it (the leaves carried, the graph, the stop)."""
     from backstep.tui.state.replay import Replay
-    from tests.test_replay import panels
+    from tests.tui_fixtures import panels
 
     with TraceIndex(trace) as index:
         app = replay_app(index)

@@ -31,8 +31,8 @@ import pytest
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
 from backstep.traces.schema import check
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 BASE = Path(__file__).parent / "fixtures" / "small_trace.jsonl"
 FULL = os.environ.get("BACKSTEP_FUZZ") == "full"

@@ -18,8 +18,8 @@ from backstep.traces.output import Tee, _Budget, recording
 from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
 from tests.replay_traces import ENV
-from tests.test_tui import pilot
 from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 SCRIPT = """\
 import sys

@@ -13,8 +13,8 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.status import StatusLine
 from backstep.tui.runtime.leave_output import last_screenful
-from tests.test_tui import make_app, pilot, screen_text, settle
 from tests.tui_fixtures import after_stop
+from tests.tui_pilot import make_app, pilot, screen_text, settle
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
 ids = [f"{w}x{h}" for w, h in SIZES]

@@ -16,7 +16,6 @@ from backstep.tui.panels.source import SourcePanel
 from backstep.tui.runtime.live_link import LiveLink
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.records import Related
-from tests.test_tui import line_with, make_app, pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ADD,
@@ -30,6 +29,7 @@ from tests.tui_fixtures import (
     example_events,
     live_app,
 )
+from tests.tui_pilot import line_with, make_app, pilot, screen_text
 
 SIZE = (140, 42)
 REPO = Path(__file__).resolve().parent.parent

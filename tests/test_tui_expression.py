@@ -9,8 +9,8 @@ from typing import Any
 
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.graph import GraphPanel
-from tests.test_tui import make_app, pilot, screen_text, settle
 from tests.tui_fixtures import MUL, example_events, summary
+from tests.tui_pilot import make_app, pilot, screen_text, settle
 
 
 def evals(link: Any) -> list[dict[str, Any]]:

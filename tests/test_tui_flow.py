@@ -9,16 +9,16 @@ from backstep.tui.app import BackstepApp
 from backstep.tui.panels.flow import FlowScreen, leaf_flows, verdicts
 from backstep.tui.state.flow_leaves import axis_labels
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
-from tests.test_tui_search import two_passes_own_ids
 from tests.tui_fixtures import (
     LONG_LEAVES,
     RecordingLink,
     live_app,
     long_name_events,
     summary,
+    two_passes_own_ids,
     upto_stop,
 )
+from tests.tui_pilot import pilot, screen_text
 
 
 def snapshot_of(events):  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ import pytest
 
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.text.format import summary_line, summary_lines
-from tests.test_tui import pilot, settle
 from tests.tui_fixtures import RecordingLink, example_events, live_app, summary, upto_stop
+from tests.tui_pilot import pilot, settle
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
 GRAD = [-0.1336, 0.05, 0.12, -0.1, 0.02, 0.1, 0.03, -0.02]

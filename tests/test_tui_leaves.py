@@ -22,16 +22,20 @@ from backstep.tui.panels.leaves import (
 )
 from backstep.tui.text.format import fit_number
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot, screen_text, settle
-from tests.test_tui_layout import gpt_named_events, make_app, no_wider
 from tests.tui_fixtures import (
     LONG_LEAVES,
     RecordingLink,
+    gpt_named_events,
     live_app,
     long_name_events,
+    no_wider,
     replay_app,
     summary,
 )
+from tests.tui_fixtures import (
+    long_name_app as make_app,
+)
+from tests.tui_pilot import pilot, screen_text, settle
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 

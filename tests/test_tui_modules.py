@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from backstep.tui.panels.modules import NO_MODULE, ModulePanel, build_modules, module_parts
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ACC_Y,
@@ -18,6 +17,7 @@ from tests.tui_fixtures import (
     summary,
     upto_stop,
 )
+from tests.tui_pilot import pilot, screen_text
 
 PATH = ("model", "transformer", "h.11", "mlp", "c_proj")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.panels.tensorview import TensorView
-from tests.test_tui import pilot
 from tests.tui_fixtures import ADD, MUL, RecordingLink, example_events, live_app, long_name_events
+from tests.tui_pilot import pilot
 
 
 @pilot

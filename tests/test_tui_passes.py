@@ -10,8 +10,8 @@ from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.status import live_passes
 from backstep.tui.runtime.link import LinkedApp
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import SIZE, line_with, pilot, screen_text
 from tests.tui_fixtures import ADD, POW, STEPS, live_app, pass_begin, summary
+from tests.tui_pilot import SIZE, line_with, pilot, screen_text
 
 
 def begin(number: int, thread: str) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from backstep.tui.app import BackstepApp
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.review import review_at
-from tests.test_tui import SIZE, pilot, screen_text
 from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
+from tests.tui_pilot import SIZE, pilot, screen_text
 
 
 def make_app(stop: int) -> tuple[BackstepApp, RecordingLink]:

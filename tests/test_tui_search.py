@@ -9,7 +9,6 @@ from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.panels.saved import SavedPanel
 from backstep.tui.panels.search import SearchBar, matches, pick
 from backstep.tui.state.records import Graph
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ACC_Y,
@@ -17,10 +16,11 @@ from tests.tui_fixtures import (
     MUL,
     POW,
     RecordingLink,
-    example_events,
     live_app,
     long_name_events,
+    two_passes_own_ids,
 )
+from tests.tui_pilot import pilot, screen_text, type_query
 
 
 def graph() -> Graph:
@@ -41,14 +41,6 @@ def test_pick_wraps_both_ways() -> None:
     assert pick([2, 4, 6], 4, 1) == 6 and pick([2, 4, 6], 6, 1) == 2
     assert pick([2, 4, 6], 2, -1) == 6 and pick([2, 4, 6], 99, -1) == 6
     assert pick([2, 4, 6], None, 1) == 2 and pick([], 1, 1) is None
-
-
-async def type_query(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
-    await pilot.press("slash")
-    for ch in text:
-        await pilot.press(ch)
-    await pilot.press("enter")
-    await pilot.pause()
 
 
 @pilot
@@ -96,31 +88,7 @@ async def test_search_by_leaf_name_and_no_match() -> None:
         assert not app.query_one(SearchBar).display
 
 
-def renumbered(events: list[dict], number: int, shift: int) -> list[dict]:
-    """``events``'s pass as pass ``number`` with every node id moved by ``shift``: a later pass
-    has nodes of its own, as a real one does."""
-    def moved(i: int | None) -> int | None:
-        return None if i is None else i + shift
 
-    out = []
-    for ev in events:
-        if ev["event"] in ("session", "exit"):
-            continue
-        ev = {**ev, "pass": number}
-        if ev["event"] == "pass_begin":
-            ev["roots"] = [moved(r) for r in ev["roots"]]
-            ev["nodes"] = [{**n, "id": moved(n["id"]), "next": [moved(x) for x in n["next"]]}
-                           for n in ev["nodes"]]
-        elif "id" in ev:
-            ev["id"] = moved(ev["id"])
-        out.append(ev)
-    return out
-
-
-def two_passes_own_ids() -> list[dict]:
-    """The example twice; pass 2's nodes have ids of their own."""
-    first = [e for e in example_events() if e["event"] != "exit"]
-    return first + renumbered(example_events(), 2, 100)
 
 
 @pilot

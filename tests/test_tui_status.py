@@ -10,8 +10,8 @@ import pytest
 
 from backstep.tui.panels.status import HELP, HINTS, status_text
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import RecordingLink, live_app, long_name_events, upto_stop
+from tests.tui_pilot import pilot, screen_text
 
 
 def stopped_at_mul() -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 from backstep.tui.messages import ConsoleOutput, InputWanted
 from backstep.tui.panels.console import ConsolePanel
-from tests.test_tui import SIZE, pilot
 from tests.tui_fixtures import RecordingLink, example_events, live_app
+from tests.tui_pilot import SIZE, pilot
 
 
 class StdinLink(RecordingLink):

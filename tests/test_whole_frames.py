@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from backstep.tui.runtime.whole_writes import WholeWrites, driver_class, whole
-from tests.test_run_e2e import SCRIPT, Pty, pytestmark  # noqa: F401 - same skips
+from tests.pty_session import SCRIPT, Pty, pytestmark  # noqa: F401 - same skips
 from tests.tui_fixtures import live_app
 
 CUT_ESCAPE = re.compile(rb"\x1b\[[0-?]*[ -/]*(?=\x1b)")  # a CSI sequence cut by the next one

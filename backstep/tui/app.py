@@ -176,7 +176,7 @@ class BackstepApp(PlainText):
                 "module glob, leaf, non-finite, norm above"),
         Binding("z", "zoom", "maximise",
                 tooltip="maximise the focused panel; z again restores the layout"),
-        Binding("slash", "search", "search", key_display="/", tooltip="search: part of a "
+        Binding("slash", "search", "search", tooltip="search: part of a "
                 "node name, module path or leaf name; enter selects the next match"),
         Binding("N", "search_step(-1)", "previous match", show=False, key_display="n / N",
                 tooltip="while a search is up: next / previous match (n steps again once "

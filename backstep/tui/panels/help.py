@@ -29,12 +29,18 @@ UNBOUND = (
 )
 
 
+NAMES = {"slash": "/"}  # keys Textual names but gives no character for
+
+
+def key_name(key: str) -> str:
+    """How the help (and the README) writes a key: ``[`` for left_square_bracket."""
+    char = NAMES.get(key) or key_to_character(key)
+    return char if char is not None and char.isprintable() else key
+
+
 def key_label(binding: Binding) -> str:
-    """How the help (and the README) writes a binding's key: ``[`` for left_square_bracket."""
-    if binding.key_display:
-        return binding.key_display
-    char = key_to_character(binding.key)
-    return char if char is not None and char.isprintable() else binding.key
+    """A binding's key as its help row shows it (its ``key_display``, where it has one)."""
+    return binding.key_display or key_name(binding.key)
 
 
 def help_rows(bindings: Iterable[Binding], key_help: Mapping[str, str],
