@@ -61,8 +61,8 @@ from textual import events  # noqa: E402
 from ui_wait import until  # noqa: E402
 
 from backstep.traces.index import TraceIndex  # noqa: E402
-from backstep.tui.replay_app import ReplayApp  # noqa: E402
-from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
+from backstep.tui.app import BackstepApp  # noqa: E402
+from tests.tui_fixtures import replay_app, summary, transformer_pass  # noqa: E402
 
 MARK = "@PASS@"
 PACE = 0.3  # seconds between a frame and the next key, for keys a person presses after reading
@@ -112,11 +112,11 @@ def write_trace(path: Path, size_mb: int, nodes: int) -> tuple[int, int]:
     return count, len(template)
 
 
-def full_frame(app: ReplayApp) -> None:
+def full_frame(app: BackstepApp) -> None:
     app.screen._compositor.render_strips()
 
 
-async def keys(app: ReplayApp, key: str, count: int, moved: Any,
+async def keys(app: BackstepApp, key: str, count: int, moved: Any,
                pace: float = 0.0) -> list[float]:
     """Each key's time to panels updated and a full frame drawn; ``pace``: seconds between a
     frame and the next key (0: back to back, as fast as the app answers)."""
@@ -133,15 +133,15 @@ async def keys(app: ReplayApp, key: str, count: int, moved: Any,
     return samples
 
 
-async def jumps(app: ReplayApp, count: int) -> list[float]:
+async def jumps(app: BackstepApp, count: int) -> list[float]:
     """g to a pass far from the cursor, back to back, as g does without its dialog: to the
     last pass, a quarter in, the one before the last, the middle, and the last again (where
     the cursor stays)."""
     samples = []
     for target in (count, 1 + count // 4, max(count - 1, 1), 1 + count // 2, count):
         t0 = time.perf_counter()
-        app.replay.jump(target)
-        app._post()
+        app.driver.replay.jump(target)
+        app.driver.post()
         await until(lambda target=target: app.snapshot.pass_ is not None
                     and app.snapshot.pass_.number == target)
         full_frame(app)
@@ -149,7 +149,7 @@ async def jumps(app: ReplayApp, count: int) -> list[float]:
     return samples
 
 
-async def held(app: ReplayApp, key: str, presses: int, target: int) -> float:
+async def held(app: BackstepApp, key: str, presses: int, target: int) -> float:
     """A key held down: ``presses`` presses at the key-repeat rate (REPEAT per second), sent
     from another thread as Textual's terminal driver sends them, whatever the app is doing.
     Returns the seconds from the last press to pass ``target`` drawn: the lag a person
@@ -177,14 +177,14 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
     started = time.perf_counter()
     index = TraceIndex(path, partial=True)  # as backstep show opens it
     result["index"] = time.perf_counter() - started
-    app = ReplayApp(index, settle_memory=True)  # as backstep show runs it
+    app = replay_app(index, settle_memory=True)  # as backstep show runs it
     async with app.run_test(size=(140, 42)):
         await until(lambda: app.snapshot.stop is not None and app.selected is not None)
         full_frame(app)
         result["first_frame"] = time.perf_counter() - started
         await until(lambda: index.done)
         result["indexed"] = time.perf_counter() - started
-        await until(lambda: app.replay.carries.done)  # every pass's leaves folded: g is ready
+        await until(lambda: app.driver.replay.carries.done)  # every pass's leaves folded: g is ready
         result["folded"] = time.perf_counter() - started
         await asyncio.sleep(REST)
         result["n"] = await keys(app, "n", n_keys, lambda: True)
@@ -200,8 +200,8 @@ async def measure(path: Path, count: int, n_keys: int) -> dict[str, Any]:
         await asyncio.sleep(REST)
         result["n_late"] = await keys(app, "n", n_keys, lambda: True)
         t0 = time.perf_counter()
-        app.replay.jump(count, 10**9)  # g N:99999: every node of the pass parsed and shown
-        app._post()
+        app.driver.replay.jump(count, 10**9)  # g N:99999: every node of the pass parsed and shown
+        app.driver.post()
         await until(lambda: app.snapshot.stop is None)
         full_frame(app)
         result["pass_end"] = time.perf_counter() - t0

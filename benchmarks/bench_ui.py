@@ -26,10 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from textual import events  # noqa: E402
 from ui_wait import until  # noqa: E402
 
-from backstep.tui.live_app import BackstepApp  # noqa: E402
+from backstep.tui.app import BackstepApp  # noqa: E402
 from backstep.tui.panels.graph import GraphPanel  # noqa: E402
 from backstep.tui.panels.modules import ModulePanel  # noqa: E402
-from tests.tui_fixtures import summary, transformer_pass  # noqa: E402
+from backstep.tui.runtime.link import LinkedApp  # noqa: E402
+from tests.tui_fixtures import live_app, summary, transformer_pass  # noqa: E402
 
 
 def stepping_events(event: dict[str, Any], steps: int) -> list[dict[str, Any]]:
@@ -58,9 +59,9 @@ class InstantLink:
     def __init__(self, events: list[dict[str, Any]]) -> None:
         self.events = events
         self.position = 0
-        self.app: BackstepApp | None = None
+        self.app: LinkedApp | None = None
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: LinkedApp) -> None:
         self.app = app
 
     def feed_until_stop(self) -> None:
@@ -97,7 +98,7 @@ def full_frame(app: BackstepApp) -> None:
 async def measure(nodes: int, keys: int) -> dict[str, Any]:
     event = transformer_pass(nodes)
     link = InstantLink(stepping_events(event, 2 * keys + 1))
-    app = BackstepApp(link)
+    app = live_app(link)
     result: dict[str, Any] = {"nodes": len(event["nodes"])}
     async with app.run_test(size=(140, 42)) as pilot:
         await pilot.pause()

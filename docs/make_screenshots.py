@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from backstep.process.launcher import debuggee_command
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.graph import GraphPanel
+from backstep.tui.runtime.live_driver import LiveDriver
 from backstep.tui.runtime.live_link import LiveLink
 
 HERE = Path(__file__).resolve().parent
@@ -73,7 +74,7 @@ SHOTS = {
 
 async def shoot(name: str) -> None:
     script, drive = SHOTS[name]
-    app = BackstepApp(LiveLink(debuggee_command(script, [])))
+    app = BackstepApp(LiveDriver(LiveLink(debuggee_command(script, []))))
     async with app.run_test(size=(140, 42)) as pilot:
 
         async def until(ready: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

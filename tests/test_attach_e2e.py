@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_run_e2e import Pty
+from tests.pty_session import Pty
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
@@ -99,7 +99,7 @@ def quit_and_expect(session: Pty, pattern: bytes, timeout: float = 60) -> None:
 def test_ui_dying_never_blocks_the_script(tmp_path: Path) -> None:
     import signal
 
-    from tests.test_run_e2e import children_of
+    from tests.pty_session import children_of
 
     session = run_in_pty(tmp_path, "backstep.attach()")
     try:

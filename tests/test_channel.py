@@ -358,7 +358,7 @@ def test_a_reader_that_ends_by_any_means_closes_the_controller() -> None:
 
 
 def test_attach_gives_up_at_once_when_its_ui_dies_at_startup(tmp_path: Path) -> None:
-    from tests.test_run_e2e import Pty
+    from tests.pty_session import Pty
 
     (tmp_path / "train.py").write_text(textwrap.dedent("""\
         import sys

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.status import status_text
-from backstep.tui.replay_app import ReplayApp
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 ENV = {k: v for k, v in os.environ.items()
        if k not in ("PYTHONWARNINGS", "BACKSTEP_EAGER", "TORCH_COMPILE_DISABLE",
@@ -117,7 +117,7 @@ async def test_a_replay_of_an_eager_trace_says_so(tmp_path: Path) -> None:
               {"event": "pass_end", "pass": 1, "status": "ok", "error": None, "skipped": []}]
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     with TraceIndex(path) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(160, 40)) as pilot:
             await pilot.pause()
             assert "compile disabled by --eager" in str(app.query_one("#status").render())

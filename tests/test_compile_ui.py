@@ -16,8 +16,8 @@ from textual.widgets import Tree
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
-from backstep.tui.replay_app import ReplayApp
-from tests.test_tui import pilot, screen_text
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text
 
 HOSTILE = "[bold]x[/] \x1b[31mred"
 
@@ -70,7 +70,7 @@ async def test_a_region_opens_on_its_fused_ops(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     write_trace(path, OPS)
     with TraceIndex(path) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(150, 44)) as pilot:
             await pilot.pause()
             panel = app.query_one(GraphPanel)
@@ -105,7 +105,7 @@ async def test_an_unreadable_region_is_one_node_with_its_reason(tmp_path: Path) 
     path = tmp_path / "run.jsonl"
     write_trace(path, [], reason="not an AOTAutograd region: its backward graph is not readable")
     with TraceIndex(path) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(150, 44)) as pilot:
             await pilot.pause()
             rows = _tree_rows(app.query_one(GraphPanel))
@@ -133,7 +133,7 @@ async def test_a_regions_incoming_gradients_are_named_in_the_gradients_panel(
         "output 0 → AddmmBackward0 #7 in model.head (t.py:24)", "output 1",
         f"output 2 → {HOSTILE}"])
     with TraceIndex(path) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(150, 44)) as pilot:
             await pilot.pause()
             assert "Gradients · CompiledFunctionBackward #1" in screen_text(app)

@@ -11,11 +11,11 @@ from pathlib import Path
 from backstep.demo import catalog as demos
 from backstep.demo import narration
 from backstep.process.launcher import debuggee_command
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.narration import NarrationPanel
 from backstep.tui.runtime.live_link import LiveLink
-from tests.test_tui import screen_text
-from tests.tui_fixtures import RecordingLink, example_events
+from tests.tui_fixtures import RecordingLink, example_events, live_app
+from tests.tui_pilot import screen_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def test_graph_basics_narration_follows_the_steps() -> None:
     assert demo is not None
     story = narration.load(demo.narration)
     link = LiveLink(debuggee_command(str(demo.script), [], source=True))
-    app = BackstepApp(link, narration=story)
+    app = live_app(link, narration=story)
     seen: list[tuple[int, int, str]] = []
 
     async def walk() -> None:
@@ -142,7 +142,7 @@ def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
     assert demo is not None
     story = narration.load(demo.narration)
     link = LiveLink(debuggee_command(str(demo.script), [], source=False))
-    app = BackstepApp(link, narration=story)
+    app = live_app(link, narration=story)
     ids: dict[tuple[int, int], int] = {}
     texts: list[str] = []
 
@@ -178,7 +178,7 @@ def graph_basics_at_step_3() -> BackstepApp:
     """The UI stopped before MulBackward0 (step 3) with graph_basics' narration."""
     demo = demos.find("graph_basics", REPO / "demos")
     assert demo is not None
-    return BackstepApp(RecordingLink(example_events(), stop=3),
+    return live_app(RecordingLink(example_events(), stop=3),
                        narration=narration.load(demo.narration))
 
 

@@ -15,11 +15,12 @@ from backstep.engine.recorder import JsonlRecorder
 from backstep.engine.session import session_event
 from backstep.traces.edits import edits_of
 from backstep.traces.index import TraceIndex
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
-from backstep.tui.replay_app import ReplayApp, replay_status
 from tests.test_console_engine import Console
 from tests.test_engine_fidelity import captured
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 def record(path: Path, lines: list[str]) -> torch.Tensor:
@@ -72,18 +73,18 @@ def test_diff_says_which_side_was_edited(traces: tuple[Path, Path],
 async def test_show_marks_the_pass_edited_from_the_edit_on(traces: tuple[Path, Path]) -> None:
     _, edited = traces
     with TraceIndex(edited) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             seen = []
             for _ in range(8):
-                seen.append("edited by you" in replay_status(app, 140).plain)
+                seen.append("edited by you" in app.driver.status_line(140).plain)
                 await pilot.press("n")
                 await pilot.pause()
             assert not seen[0] and seen[-1]
 
 
-async def send(app: ReplayApp, pilot: Any, source: str, until: Any) -> None:
+async def send(app: BackstepApp, pilot: Any, source: str, until: Any) -> None:
     """Type ``source`` in show's console line and wait (a worker thread runs it) for ``until``."""
     line = app.query_one(ConsolePanel).expression_line
     if not line.display:
@@ -97,7 +98,7 @@ async def send(app: ReplayApp, pilot: Any, source: str, until: Any) -> None:
             return
 
 
-def console_text(app: ReplayApp) -> str:
+def console_text(app: BackstepApp) -> str:
     return "\n".join(app.query_one(ConsolePanel).log_view.lines)
 
 
@@ -105,12 +106,12 @@ def console_text(app: ReplayApp) -> str:
 async def test_show_console_evaluates_over_what_the_trace_recorded(
         traces: tuple[Path, Path]) -> None:
     with TraceIndex(traces[1]) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             for source in ("grad_outputs[0]['values']", "s = node['name']", "s + '!'",
                            "type(grad_outputs[0]).__name__"):
-                await send(app, pilot, source, lambda: not app._evaluating)
+                await send(app, pilot, source, lambda: not app.evaluating)
             text = console_text(app)
             assert "tensors are not in the trace" in text
             assert "[1.0]" in text  # the root's incoming gradient, as recorded
@@ -118,7 +119,7 @@ async def test_show_console_evaluates_over_what_the_trace_recorded(
             assert "'dict'" in text  # plain data, not a tensor
 
 
-def _running(app: ReplayApp) -> bool:
+def _running(app: BackstepApp) -> bool:
     console = getattr(app, "trace_console", None)
     return console is not None and console.evaluator is not None and \
         console.evaluator._thread is not None
@@ -128,14 +129,14 @@ def _running(app: ReplayApp) -> bool:
 async def test_ctrl_c_interrupts_a_show_console_line_and_show_goes_on(
         traces: tuple[Path, Path]) -> None:
     with TraceIndex(traces[1]) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await send(app, pilot, "while True: pass", lambda: _running(app))
             await pilot.press("ctrl+c")
             for _ in range(200):
                 await pilot.pause(0.02)
-                if not app._evaluating:
+                if not app.evaluating:
                     break
             assert app.is_running  # ctrl+c interrupted the line; it did not quit show
             assert "KeyboardInterrupt" in console_text(app)

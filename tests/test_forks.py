@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backstep.trace_form import expand
-from tests.test_run_e2e import Pty, alive
+from tests.pty_session import Pty, alive
 from tests.test_trace_cli import ENV, compare, kinds
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs fork")

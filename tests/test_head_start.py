@@ -54,7 +54,7 @@ def test_the_script_runs_before_the_ui_is_up(tmp_path: Path,
     """The app's ``run`` (Textual starting) sees the script already running: here it waits for
     the file the script writes and never draws anything. Before the head start, the debuggee
     only started once the app was mounted, and this wait timed out."""
-    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.app import BackstepApp
 
     marker = tmp_path / "started"
     script = tmp_path / "writes.py"

@@ -20,10 +20,9 @@ from backstep import protocol
 from backstep.commands.connect import RemoteLink
 from backstep.process import auth
 from backstep.process.channel import Channel
-from backstep.tui.live_app import BackstepApp
 from tests.hostile_traces import CONTROL, EVIL, hostile_events
-from tests.test_tui import pilot, screen_text
-from tests.tui_fixtures import upto_stop
+from tests.tui_fixtures import live_app, upto_stop
+from tests.tui_pilot import pilot, screen_text
 
 CHALLENGE = protocol.encode({"event": "challenge", "scheme": auth.SCHEME, "nonce": "00" * auth.NONCE_BYTES})
 ERROR = protocol.encode({"event": "error", "message": f"refused: {EVIL}"})
@@ -105,7 +104,7 @@ async def test_a_peer_past_the_handshake_sends_hostile_events_and_errors() -> No
 
     thread = threading.Thread(target=peer, daemon=True)
     thread.start()
-    app = BackstepApp(RemoteLink(Channel(ui_end)))
+    app = live_app(RemoteLink(Channel(ui_end)))
     seen = []
     async with app.run_test(size=(200, 50)) as pilot:
         for _ in range(50):

@@ -17,12 +17,12 @@ from backstep.cli import main
 from backstep.process.launcher import debuggee_command
 from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
-from backstep.tui.live_app import BackstepApp
-from backstep.tui.replay_app import ReplayApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.runtime.live_link import LiveLink
 from tests.hostile_traces import CONTROL, hostile_name, write_hostile_trace
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text, settle
+from tests.tui_fixtures import live_app, replay_app
+from tests.tui_pilot import pilot, screen_text, settle
 
 # a quoted DOT string, a node statement and an edge statement: nothing else may appear
 QUOTED = r'"(?:[^"\\\n]|\\.)*"'
@@ -102,7 +102,7 @@ async def test_show_steps_through_every_view_and_shows_strings_as_they_read(trac
         out.write('{"event": "node", "pass": 1, "cut[a=b=c]\n')
     with TraceIndex(trace, partial=True) as index:
         index.scan()
-        app = ReplayApp(index, note=index.note())
+        app = replay_app(index, note=index.note())
         seen = []
         async with app.run_test(size=(200, 50)) as pilot:
             await settle(pilot)
@@ -137,7 +137,7 @@ model["x[b]"](torch.tanh(model["[/]"](torch.randn(3, 2)))).sum().backward()
 async def test_a_real_module_dict_keyed_with_markup_opens_in_the_module_view(tmp_path) -> None:
     trace = record(tmp_path, "train[v2]", REAL)
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         seen = {}
         async with app.run_test(size=(160, 44)) as pilot:
             for key in ["n", "n", "n", "n", "m", "n", "n"]:
@@ -161,7 +161,7 @@ def test_show_that_crashes_does_not_exit_0(traces, monkeypatch, capsys) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(SourcePanel, "show_source", boom)
-    monkeypatch.setattr(ReplayApp, "run", lambda self: App.run(self, headless=True))
+    monkeypatch.setattr(BackstepApp, "run", lambda self: App.run(self, headless=True))
     monkeypatch.setattr("backstep.commands.no_terminal", lambda *args: False)  # headless
     assert main(["show", str(traces[1])]) == 1
     assert "RuntimeError: boom" in capsys.readouterr().err
@@ -180,7 +180,7 @@ def test_backstep_run_of_that_program_shows_its_names_output_and_error_as_they_r
     script = tmp_path / "train[v2].py"
     script.write_text(REAL + SECOND)
     link = LiveLink(debuggee_command(str(script), [], source=True))
-    app = BackstepApp(link)
+    app = live_app(link)
     seen: list[str] = []
 
     async def run() -> None:

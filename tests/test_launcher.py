@@ -298,11 +298,12 @@ def test_ui_modules_never_import_torch() -> None:
     code = textwrap.dedent(
         """\
         import sys
-        import backstep.tui, backstep.tui.live_app, backstep.tui.runtime.live_link, backstep.process.launcher
+        import backstep.tui, backstep.tui.app, backstep.tui.runtime.replay_driver, backstep.tui.runtime.live_link, backstep.process.launcher
         import backstep.commands.run, backstep.cli
         backstep.cli.build_parser()
-        from backstep.tui.live_app import BackstepApp
-        BackstepApp()
+        from backstep.tui.app import BackstepApp
+        from backstep.tui.runtime.live_driver import LiveDriver
+        BackstepApp(LiveDriver(None))
         bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
         assert not bad, bad
         print("ok")

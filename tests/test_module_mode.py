@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from backstep.trace_form import expand
-from tests.test_run_e2e import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
+from tests.pty_session import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
 from tests.test_trace_cli import ENV
 
 MODULE = textwrap.dedent(

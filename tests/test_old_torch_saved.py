@@ -19,13 +19,12 @@ from backstep.engine.capture import Capture
 from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
 from backstep.engine.torch_api import saved_tensor_data
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.saved import UNKNOWN_LINE, SavedPanel
 from tests.test_diagnostics import PITFALLS, check_script, diagnose
 from tests.test_engine_events import nodes_of, record
 from tests.test_engine_fidelity import captured
-from tests.test_tui import pilot, settle
-from tests.tui_fixtures import RecordingLink, example_events, upto_stop
+from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
+from tests.tui_pilot import pilot, settle
 
 
 def fake_torch(saved_tensor: type | None) -> Any:
@@ -98,7 +97,7 @@ async def test_the_panel_says_what_the_older_torch_lacks() -> None:
     events[-1]["saved"] = [
         {"name": "self", "status": "unknown", "shape": None, "dtype": None, "bytes": 0},
         {"name": "exponent", "status": "scalar", "value": 2.0}]
-    app = BackstepApp(RecordingLink(events))
+    app = live_app(RecordingLink(events))
     async with app.run_test(size=(140, 42)) as pilot:
         await settle(pilot)
         text = str(app.query_one(SavedPanel).render())
@@ -108,7 +107,7 @@ async def test_the_panel_says_what_the_older_torch_lacks() -> None:
 
 @pilot
 async def test_the_panel_is_quiet_when_every_status_is_known() -> None:
-    app = BackstepApp(RecordingLink(upto_stop(1, example_events())))
+    app = live_app(RecordingLink(upto_stop(1, example_events())))
     async with app.run_test(size=(140, 42)) as pilot:
         await settle(pilot)
         assert "SavedTensor.data" not in str(app.query_one(SavedPanel).render())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_run_e2e import Pty, children_of
+from tests.pty_session import Pty, children_of
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="needs a pty and PR_SET_CHILD_SUBREAPER")

@@ -234,8 +234,8 @@ def test_tensor_parallel_gradients_are_summarised_as_local_shards(tmp_path: Path
 def test_run_steps_an_fsdp2_rank_while_the_other_records(tmp_path: Path) -> None:
     """``run --rank 0``: rank 0 stops in the UI, leaves named, the post-backward marked; rank 1
     records meanwhile. No collective of backstep's own: the ranks would hang on it."""
+    from tests.pty_session import Pty, alive
     from tests.test_ranks_torchrun import descendants
-    from tests.test_run_e2e import Pty, alive
 
     cwd = project(tmp_path, FSDP)
     plain = plain_lines(cwd, ENV)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from backstep.trace_form import expand
-from tests.test_run_e2e import Pty, alive, children_of
+from tests.pty_session import Pty, alive, children_of
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="needs a pty and gloo on loopback"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backstep.process import auth, remote
-from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, SCRIPT, Pty
+from tests.pty_session import LEAVE_ALTERNATE_SCREEN, SCRIPT, Pty
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="needs a pty"),

@@ -21,6 +21,7 @@ from backstep.tui.state.model import SessionModel
 from backstep.tui.state.replay import Position, Replay
 from backstep.tui.state.snapshot import Snapshot
 from tests.test_engine_fidelity import AutoStepper, captured
+from tests.tui_fixtures import panels
 
 
 def workload() -> None:
@@ -53,25 +54,6 @@ def live_run(tmp_path: Path) -> tuple[list[Snapshot], Path]:
     lines = [session, *(e for e in stepper.events if e["event"] != "stopped")]
     trace.write_text("".join(json.dumps(e) + "\n" for e in lines))
     return seen, trace
-
-
-def panels(snap: Snapshot) -> dict[str, Any]:
-    """What the panels show: graph states, records, leaves, the stop (not its serial number)."""
-    view = snap.pass_
-    assert view is not None
-    stop = snap.stop
-    current = snap.current
-    return {
-        "pass": view.number,
-        "states": {i: view.state(i, current) for i in view.graph.nodes},
-        "records": [view.record(i) for i in view.executed()],
-        "leaves": [(a.leaf, a.before, a.after, a.passes_since_zeroed)
-                   for a in view.accumulations()],
-        "leaf_norms": {k: repr(v) for k, v in snap.leaf_norms.items()},  # nan != nan
-        "stop": None if stop is None else (stop.pass_, stop.step, stop.id, stop.name, stop.reason,
-                                           stop.grad_outputs, stop.saved),
-        "ended": (view.ended, view.status, view.skipped),
-    }
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
 from backstep.tui.widgets.rowlist import RowList
-from tests.test_tui import pilot
+from tests.tui_pilot import pilot
 
 ROWS = 100
 

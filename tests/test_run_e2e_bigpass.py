@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_run_e2e import Pty, alive, children_of, pytestmark  # noqa: F401
+from tests.pty_session import Pty, alive, children_of, pytestmark  # noqa: F401
 
 LOOP = textwrap.dedent(
     """\

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tests.test_run_e2e import Pty, pytestmark  # noqa: F401 - the same skips apply here
+from tests.pty_session import Pty, pytestmark  # noqa: F401 - the same skips apply here
 
 SCRIPT = textwrap.dedent(
     """\

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_run_e2e import SCRIPT, Pty, Screen, pytestmark
+from tests.pty_session import SCRIPT, Pty, Screen, pytestmark
 
 __all__ = ["pytestmark"]
 

@@ -13,13 +13,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.saved import SavedPanel, saved_table
-from backstep.tui.state.model import _saved
+from backstep.tui.state.node_record import saved_infos
 from backstep.tui.state.records import SavedInfo
 from backstep.tui.text.format import cut_apart, cut_middle, nbytes, shape_text
-from tests.test_tui import pilot, settle
-from tests.tui_fixtures import RecordingLink, example_events, upto_stop
+from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
+from tests.tui_pilot import pilot, settle
 
 BIG = SavedInfo("self", "alive", (8, 1024, 768), "float32", 25165824, 0, 0)
 MAT = SavedInfo("mat2", "alive", (768, 768), "float32", 2359296)
@@ -99,7 +98,7 @@ def test_spare_room_is_shared_as_rich_shares_it() -> None:
 def mm_saved() -> list[SavedInfo]:
     """What a matmul's and a loss's backward save beside their tensors, as the model reads the
     recorder's entries: sizes and strides, an optional weight never saved, an ignore index."""
-    return list(_saved(MM_RAW))
+    return list(saved_infos(MM_RAW))
 
 
 MM_RAW: list[dict[str, Any]] = [
@@ -147,7 +146,7 @@ def test_cut_apart_keeps_the_head_and_tail_that_tell_names_apart() -> None:
 async def test_the_panel_keeps_siblings_apart_and_shows_values(size: tuple[int, int]) -> None:
     events = copy.deepcopy(upto_stop(1, example_events()))
     events[-1]["saved"] = copy.deepcopy(MM_RAW)
-    app = BackstepApp(RecordingLink(events))
+    app = live_app(RecordingLink(events))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         panel = app.query_one(SavedPanel)

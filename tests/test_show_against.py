@@ -10,11 +10,12 @@ from rich.console import Console
 
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
-from backstep.tui.replay_app import ReplayApp
 from backstep.tui.state.against import Against
 from tests.replay_traces import VARIANTS, record_all
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +28,11 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     })
 
 
-def status(app: ReplayApp) -> str:
+def status(app: BackstepApp) -> str:
     return str(app.query_one("#status").render())
 
 
-def gradients(app: ReplayApp) -> str:
+def gradients(app: BackstepApp) -> str:
     panel = app.query_one(GradientsPanel)
     console = Console(width=200, record=True, file=io.StringIO())
     for i in range(panel.option_count):
@@ -43,7 +44,7 @@ def gradients(app: ReplayApp) -> str:
 async def test_opens_at_the_birth_node_with_both_sides_numbers(traces) -> None:
     with TraceIndex(traces["ref"]) as a, TraceIndex(traces["buggy"]) as b:
         against = Against(a, b)
-        app = ReplayApp(a, against=against)
+        app = replay_app(a, against=against)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             text = status(app)
@@ -81,7 +82,7 @@ async def test_opens_at_the_birth_node_with_both_sides_numbers(traces) -> None:
 @pilot
 async def test_a_structural_difference_and_no_difference(traces) -> None:
     with TraceIndex(traces["ref"]) as a, TraceIndex(traces["sigmoid"]) as b:
-        app = ReplayApp(a, against=Against(a, b))
+        app = replay_app(a, against=Against(a, b))
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             text = status(app)
@@ -90,7 +91,7 @@ async def test_a_structural_difference_and_no_difference(traces) -> None:
                 "in B" in text
             assert "B: a different op here, SigmoidBackward0" in gradients(app)
     with TraceIndex(traces["ref"]) as a, TraceIndex(traces["again"]) as b:
-        app = ReplayApp(a, against=Against(a, b))
+        app = replay_app(a, against=Against(a, b))
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             assert "step 1 of" in status(app) and "no difference from B" in status(app)
@@ -112,7 +113,7 @@ def test_against_a_file_that_is_not_a_trace_exits_2(traces, tmp_path, capsys) ->
 async def test_the_birth_node_shows_the_full_reason_with_both_sides(traces) -> None:
     with TraceIndex(traces["ref"]) as a, TraceIndex(traces["buggy"]) as b:
         against = Against(a, b)
-        app = ReplayApp(a, against=against)
+        app = replay_app(a, against=against)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             shown = gradients(app)

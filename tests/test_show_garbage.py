@@ -10,9 +10,9 @@ from collections import Counter
 from pathlib import Path
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 
 @pilot
@@ -20,7 +20,7 @@ async def test_pass_changes_leave_no_rows_to_the_collector(tmp_path: Path) -> No
     trace = tmp_path / "t.jsonl"
     write_transformer_trace(trace, passes=4, nodes=1200)  # a 240-node trunk: the graph is chunked
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await pilot.press("right_square_bracket")

@@ -12,10 +12,9 @@ from backstep.traces.index import TraceIndex
 from backstep.tui.panels.flow import FlowScreen
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.saved import SavedPanel
-from backstep.tui.replay_app import ReplayApp
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text
-from tests.test_tui_search import type_query
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text, type_query
 
 SCRIPT = """\
 import torch
@@ -36,7 +35,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pilot
 async def test_search_after_stepping_back_into_the_earlier_pass(trace: Path) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             for key in ("]", "p"):  # pass 2's start, then back into pass 1's end
@@ -56,7 +55,7 @@ async def test_search_after_stepping_back_into_the_earlier_pass(trace: Path) -> 
 @pilot
 async def test_F_at_a_pass_start_charts_the_pass_before_it(trace: Path) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(110, 32)) as pilot:
             await pilot.pause()
             await pilot.press("]")  # pass 2's start: no leaf of it accumulated yet

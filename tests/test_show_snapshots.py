@@ -9,8 +9,7 @@ import pytest
 from textual.pilot import Pilot
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.replay_app import ReplayApp
-from tests.tui_fixtures import example_events
+from tests.tui_fixtures import example_events, replay_app
 
 SIZE = (140, 42)
 
@@ -32,6 +31,6 @@ def test_stepped_back(snap_compare, example_trace: str) -> None:
 
     index = TraceIndex(example_trace)
     try:
-        assert snap_compare(ReplayApp(index), terminal_size=SIZE, run_before=back)
+        assert snap_compare(replay_app(index), terminal_size=SIZE, run_before=back)
     finally:
         index.close()

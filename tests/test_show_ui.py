@@ -9,11 +9,13 @@ import pytest
 
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
+from backstep.tui.app import BackstepApp
+from backstep.tui.panels.goto import GotoDialog, parse_goto
 from backstep.tui.panels.graph import GraphPanel
-from backstep.tui.replay_app import GotoDialog, ReplayApp, parse_goto
 from backstep.tui.text.format import GLYPHS
 from tests.replay_traces import record
-from tests.test_tui import pilot, screen_text
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot, screen_text
 
 SCRIPT = """\
 import torch
@@ -35,7 +37,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return record(tmp_path_factory.mktemp("show"), "train", SCRIPT)
 
 
-def status(app: ReplayApp) -> str:
+def status(app: BackstepApp) -> str:
     return str(app.query_one("#status").render())
 
 
@@ -48,7 +50,7 @@ async def press(pilot, *keys: str) -> None:
 @pilot
 async def test_step_forward_back_and_across_passes(trace: Path) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             assert "pass 1/3" in status(app)
@@ -72,7 +74,7 @@ async def test_step_forward_back_and_across_passes(trace: Path) -> None:
 @pilot
 async def test_continue_goes_to_breakpoints_both_ways(trace: Path) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index, breakpoints=[{"kind": "nonfinite"}], stop_at_pass_start=False)
+        app = replay_app(index, breakpoints=[{"kind": "nonfinite"}], stop_at_pass_start=False)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await press(pilot, "c")
@@ -90,7 +92,7 @@ async def test_continue_goes_to_breakpoints_both_ways(trace: Path) -> None:
 @pilot
 async def test_goto_a_pass_and_step(trace: Path) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await press(pilot, "g")
@@ -101,7 +103,7 @@ async def test_goto_a_pass_and_step(trace: Path) -> None:
             assert graph is not None
 
 
-def glyphs_match(app: ReplayApp) -> bool:
+def glyphs_match(app: BackstepApp) -> bool:
     """Every row the graph has built shows its node's state at the snapshot shown."""
     graph = app.query_one(GraphPanel)
     view = app.snapshot.pass_
@@ -115,7 +117,7 @@ async def test_the_graph_steps_back_with_the_cursor(trace: Path) -> None:
     """Back to an earlier step of the same pass in one move ([, C, g): the nodes that had run
     and have not at that step show as pending again, as live showed them there."""
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await press(pilot, "n", "n", "n", "n")
@@ -123,12 +125,12 @@ async def test_the_graph_steps_back_with_the_cursor(trace: Path) -> None:
             await press(pilot, "left_square_bracket")  # to the start of this pass
             assert app.snapshot.pass_.number == 1 and app.snapshot.pass_.done == 0
             assert glyphs_match(app)
-            app.replay.jump(1, 10**6)  # its end, then back into it
-            app._post()
+            app.driver.replay.jump(1, 10**6)  # its end, then back into it
+            app.driver.post()
             await pilot.pause()
             assert app.snapshot.pass_.ended and glyphs_match(app)
-            app.replay.jump(1, 3)
-            app._post()
+            app.driver.replay.jump(1, 3)
+            app.driver.post()
             await pilot.pause()
             assert app.snapshot.pass_.done == 2 and glyphs_match(app)
 
@@ -155,7 +157,7 @@ def test_show_refuses_what_is_not_a_trace(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 def test_show_end_to_end_in_a_terminal(trace: Path, tmp_path: Path) -> None:
-    from tests.test_run_e2e import Pty
+    from tests.pty_session import Pty
 
     cut = tmp_path / "cut.jsonl"
     data = trace.read_bytes()
@@ -189,7 +191,7 @@ async def test_show_shows_the_traceback_the_script_ended_with(tmp_path: Path) ->
         with TraceIndex(failing, partial=True) as index:
             if indexed_first:
                 index.scan()
-            app = ReplayApp(index)
+            app = replay_app(index)
             async with app.run_test(size=(140, 42)) as pilot:
                 for _ in range(100):
                     await pilot.pause(0.02)
@@ -205,7 +207,7 @@ async def test_show_shows_the_traceback_the_script_ended_with(tmp_path: Path) ->
 def test_show_ended_by_sigterm_gives_the_terminal_back(trace: Path, tmp_path: Path) -> None:
     import signal
 
-    from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, Pty
+    from tests.pty_session import LEAVE_ALTERNATE_SCREEN, Pty
 
     ui = Pty(["-m", "backstep", "show", str(trace)], tmp_path)
     try:
@@ -219,20 +221,20 @@ def test_show_ended_by_sigterm_gives_the_terminal_back(trace: Path, tmp_path: Pa
 
 @pilot
 async def test_help_lists_the_replay_keys(trace: Path) -> None:
-    from backstep.tui.replay_app import ReplayHelp
+    from backstep.tui.panels.help import HelpScreen
 
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             await press(pilot, "question_mark")
-            assert isinstance(app.screen, ReplayHelp)
-            text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+            assert isinstance(app.screen, HelpScreen)
+            text = screen_text(app)
             for key, what in (("[ / ]", "the next pass"), ("c / C", "previous breakpoint"),
                               ("g", "go to a pass"), ("n / p", "across passes")):
                 assert any(key in line and what in line for line in text.splitlines()), key
             await press(pilot, "escape")
-            assert not isinstance(app.screen, ReplayHelp)
+            assert not isinstance(app.screen, HelpScreen)
 
 
 @pilot
@@ -240,17 +242,17 @@ async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace
     """While the person reads a pass, the next one is opened ahead; ] then shows it, and it is
     exactly what ] shows without it (the leaves carried, the graph, the stop)."""
     from backstep.tui.state.replay import Replay
-    from tests.test_replay import panels
+    from tests.tui_fixtures import panels
 
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await press(pilot, "n")
             await pilot.pause(0.4)  # idle: pass 2 is opened ahead
-            ahead = app.replay._ahead.get(2)
+            ahead = app.driver.replay._ahead.get(2)
             assert ahead is not None and ahead.number == 2
             await press(pilot, "right_square_bracket")
-            assert app.replay.timeline(2) is ahead and app.snapshot.pass_.number == 2
+            assert app.driver.replay.timeline(2) is ahead and app.snapshot.pass_.number == 2
             shown = app.snapshot
         with TraceIndex(trace) as fresh:
             cold = Replay(fresh)
@@ -267,7 +269,7 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
     import backstep.tui.state.replay as replay_module
 
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             opened: list[int] = []
@@ -279,7 +281,7 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
 
             replay_module.PassTimeline = counting  # type: ignore[misc, assignment]
             try:
-                drawn = app.replay._seq
+                drawn = app.driver.replay._seq
                 for _ in range(2):  # pass 1 -> 3 in one go: pass 2 is passed over
                     app.post_message(events.Key("right_square_bracket", None))
                 app.post_message(events.Key("n", "n"))
@@ -289,7 +291,7 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
                 replay_module.PassTimeline = real  # type: ignore[misc]
             assert app.snapshot.pass_ is not None and app.snapshot.pass_.number == 3
             assert "step 2 of" in status(app)
-            assert app.replay._seq - drawn == 1, "three keys, drawn once"
+            assert app.driver.replay._seq - drawn == 1, "three keys, drawn once"
             assert 2 not in opened  # never opened on the way
 
 
@@ -298,7 +300,7 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
 async def test_the_replay_status_line_fits_and_keeps_help(trace: Path,
                                                           size: tuple[int, int]) -> None:
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=size) as pilot:
             await pilot.pause()
             line = status(app).rstrip()
@@ -314,17 +316,17 @@ async def test_backstep_show_settles_its_memory_once_the_trace_is_read(trace: Pa
                                                                        monkeypatch) -> None:
     """``settle`` (gc.freeze) runs once the file is indexed and folded, and only when asked
     (backstep show's own process), never in an app that shares its process."""
-    import backstep.tui.replay_app as replay_app
+    import backstep.tui.runtime.replay_driver as replay_driver
 
     for asked in (True, False):
         calls: list[int] = []
-        monkeypatch.setattr(replay_app, "settle", lambda calls=calls: calls.append(1))
+        monkeypatch.setattr(replay_driver, "settle", lambda calls=calls: calls.append(1))
         with TraceIndex(trace, partial=True) as index:
-            app = ReplayApp(index, settle_memory=asked)
+            app = replay_app(index, settle_memory=asked)
             async with app.run_test(size=(140, 42)) as pilot:
                 for _ in range(200):
                     await pilot.pause(0.02)
-                    if app.replay.index.done and app.replay.carries.done:
+                    if app.driver.replay.index.done and app.driver.replay.carries.done:
                         break
                 await pilot.pause(0.2)  # the scan's next ticks: it stops, and settles
         assert calls == ([1] if asked else []), (asked, calls)
@@ -334,27 +336,27 @@ async def test_backstep_show_settles_its_memory_once_the_trace_is_read(trace: Pa
 async def test_backstep_show_collects_at_rest_after_a_move(trace: Path, monkeypatch) -> None:
     """A while after the last move, ``tidy`` collects, once a move and only in backstep show's
     own process: a run of keys starts with nothing for the collector."""
-    import backstep.tui.replay_app as replay_app
+    import backstep.tui.runtime.replay_driver as replay_driver
 
-    monkeypatch.setattr(replay_app, "settle", lambda: True)
+    monkeypatch.setattr(replay_driver, "settle", lambda: True)
     for asked in (True, False):
         calls: list[int] = []
-        monkeypatch.setattr(replay_app, "tidy", lambda calls=calls: calls.append(1))
+        monkeypatch.setattr(replay_driver, "tidy", lambda calls=calls: calls.append(1))
         with TraceIndex(trace) as index:
-            app = ReplayApp(index, settle_memory=asked)
+            app = replay_app(index, settle_memory=asked)
             async with app.run_test(size=(140, 42)) as pilot:
                 await pilot.pause(0.1)
                 await press(pilot, "right_square_bracket")
-                await pilot.pause(replay_app.TIDY_AFTER / 2)
+                await pilot.pause(replay_driver.TIDY_AFTER / 2)
                 await press(pilot, "n")  # keys a read apart: no collection between them
-                await pilot.pause(replay_app.TIDY_AFTER / 2)
+                await pilot.pause(replay_driver.TIDY_AFTER / 2)
                 assert calls == []
-                await pilot.pause(replay_app.TIDY_AFTER)
+                await pilot.pause(replay_driver.TIDY_AFTER)
                 assert calls == ([1] if asked else []), (asked, calls)
-                await pilot.pause(replay_app.TIDY_AFTER)  # at rest: nothing new to do
+                await pilot.pause(replay_driver.TIDY_AFTER)  # at rest: nothing new to do
                 assert len(calls) <= 1
                 await press(pilot, "n")
-                await pilot.pause(1.5 * replay_app.TIDY_AFTER)
+                await pilot.pause(1.5 * replay_driver.TIDY_AFTER)
         assert calls == ([1, 1] if asked else []), (asked, calls)
 
 

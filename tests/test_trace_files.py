@@ -16,9 +16,9 @@ import pytest
 from backstep.traces import filebytes, long_output
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import TraceError
-from backstep.tui.replay_app import ReplayApp
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 CUT_WHILE_OPEN = """\
     import os, sys
@@ -113,7 +113,7 @@ async def test_show_says_in_one_notification_that_the_trace_was_cut(tmp_path: Pa
     trace = tmp_path / "t.jsonl"
     write_transformer_trace(trace, passes=4, nodes=30)
     with TraceIndex(trace) as index:
-        app = ReplayApp(index, settle_memory=False)
+        app = replay_app(index, settle_memory=False)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             os.truncate(trace, index.passes[2].first)
@@ -172,7 +172,7 @@ def test_a_huge_line_that_is_not_an_output_event_as_written_is_named(tmp_path: P
 def test_show_outlives_its_trace_being_cut_and_gives_the_terminal_back(tmp_path: Path) -> None:
     """As ``backstep trace -o same.jsonl`` does to the file ``show`` has open. The index used
     to map the file: show died by SIGBUS in the alternate screen, mouse mode on."""
-    from tests.test_run_e2e import LEAVE_ALTERNATE_SCREEN, Pty
+    from tests.pty_session import LEAVE_ALTERNATE_SCREEN, Pty
 
     trace = tmp_path / "same.jsonl"
     write_transformer_trace(trace, passes=40, nodes=400)

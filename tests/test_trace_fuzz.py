@@ -31,8 +31,8 @@ import pytest
 from backstep.cli import main
 from backstep.traces.index import TraceIndex
 from backstep.traces.schema import check
-from backstep.tui.replay_app import ReplayApp
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 BASE = Path(__file__).parent / "fixtures" / "small_trace.jsonl"
 FULL = os.environ.get("BACKSTEP_FUZZ") == "full"
@@ -188,7 +188,7 @@ async def test_one_field_mutants_never_crash_show(tmp_path: Path,
     with index:
         if not index.numbers():
             return
-        app = ReplayApp(index, note=index.note())
+        app = replay_app(index, note=index.note())
         async with app.run_test(size=(140, 42)) as pilot:
             for key in ("n", "n", "n", "m", "n", "p", "G", "g", "escape", "tab", "l", "c", "C"):
                 await pilot.press(key)

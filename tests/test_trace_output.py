@@ -15,10 +15,11 @@ import pytest
 from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
 from backstep.traces.output import Tee, _Budget, recording
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
-from backstep.tui.replay_app import ReplayApp
 from tests.replay_traces import ENV
-from tests.test_tui import pilot
+from tests.tui_fixtures import replay_app
+from tests.tui_pilot import pilot
 
 SCRIPT = """\
 import sys
@@ -103,7 +104,7 @@ def test_recording_puts_the_streams_back() -> None:
     assert events == [{"event": "output", "stream": "stdout", "text": "seen\n"}]
 
 
-def console(app: ReplayApp) -> str:
+def console(app: BackstepApp) -> str:
     return app.query_one(ConsolePanel).text
 
 
@@ -111,7 +112,7 @@ def console(app: ReplayApp) -> str:
 async def test_show_plays_the_output_up_to_the_step_shown(traced) -> None:
     path = traced[0]
     with TraceIndex(path) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await pilot.pause()
             text = console(app)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from rich.text import Text
 from textual.widgets import Input, Select
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import ConsoleOutput, Disconnected, ServerError
 from backstep.tui.panels.breakpoint_dialog import BreakpointDialog
 from backstep.tui.panels.console import ConsolePanel
@@ -28,55 +24,12 @@ from tests.tui_fixtures import (
     POW,
     RecordingLink,
     example_events,
+    live_app,
     pass_begin,
     summary,
     upto_stop,
 )
-
-SIZE = (140, 42)
-
-
-def pilot(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """Run an async pilot test without an asyncio pytest plugin."""
-
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-async def settle(pilot: Any, tries: int = 25) -> None:
-    """Pause until the screen stops changing. A panel whose height follows its content (saved
-    tensors, the console) is drawn for the width it had, then again once its new width is
-    known: a couple of refreshes, more on a loaded machine, that one ``pause()`` may not see."""
-    await pilot.pause()
-    last = screen_text(pilot.app)
-    for _ in range(tries):
-        await pilot.pause(0.02)
-        now = screen_text(pilot.app)
-        if now == last:
-            return
-        last = now
-
-
-def screen_text(app: BackstepApp) -> str:
-    """The whole screen as plain text."""
-    strips = app.screen._compositor.render_strips()
-    return "\n".join(strip.text for strip in strips)
-
-
-def line_with(text: str, *words: str) -> str:
-    for line in text.splitlines():
-        if all(w in line for w in words):
-            return line
-    raise AssertionError(f"no line with {words!r} in:\n{text}")
-
-
-def make_app(stop: int = 1, events: list[dict[str, Any]] | None = None,
-             **kwargs: Any) -> tuple[BackstepApp, RecordingLink]:
-    link = RecordingLink(example_events() if events is None else events, stop=stop)
-    return BackstepApp(link, **kwargs), link
+from tests.tui_pilot import SIZE, line_with, make_app, pilot, screen_text
 
 
 async def open_tensor_view(app: Any, pilot: Any) -> None:
@@ -146,7 +99,7 @@ async def test_continue_and_finish_keys() -> None:
 async def test_keys_do_nothing_while_running() -> None:
     events = upto_stop(1)[:2]  # session and pass_begin, no stop yet
     link = RecordingLink(events, stop=99)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("n", "c", "f")
@@ -205,7 +158,7 @@ async def test_enter_opens_tensor_view_and_fetches_values() -> None:
         request = link.sent[-1]
         assert request["cmd"] == "tensor" and request["node"] == POW
         assert request["slot"] == "grad_outputs" and request["index"] == 0
-        app.reader.feed({"event": "tensor", "req": request["req"], "shape": [3], "dtype": "float32",
+        app.driver.reader.feed({"event": "tensor", "req": request["req"], "shape": [3], "dtype": "float32",
                          "numel": 3, "offset": 0, "values": [1.5, "nan", -2.0]})
         await pilot.pause()
         text = screen_text(app)
@@ -282,7 +235,7 @@ async def test_leaves_count_passes_since_zeroed() -> None:
             ev["before"] = ev["after"]
             ev["after"] = summary([2 * ev["after"]["values"][0]])
     link = RecordingLink(events + second, stop=6)  # the first stop of pass 2
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f")
         await pilot.pause()
@@ -501,10 +454,12 @@ async def test_link_rows_jump_to_the_shared_node() -> None:
     {"event": "node", "pass": 1, "id": 99, "grad_outputs": "junk", "saved": [1, None]},
 ])
 @pilot
-async def test_malformed_events_never_crash_the_ui(bad: dict[str, Any]) -> None:
+async def test_malformed_events_never_crash_the_ui(bad: dict[str, Any],
+                                                   lenient_model: None) -> None:
+    """Fed past the reader's checks (which refuse them), as real use does not raise."""
     app, _ = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        app.reader.feed(bad)
+        app.driver.reader.feed(bad)
         await pilot.pause()
         await pilot.press("n")
         await pilot.pause()

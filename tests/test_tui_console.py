@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.status import StatusLine
 from backstep.tui.runtime.leave_output import last_screenful
-from tests.test_tui import make_app, pilot, screen_text, settle
 from tests.tui_fixtures import after_stop
+from tests.tui_pilot import make_app, pilot, screen_text, settle
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
 ids = [f"{w}x{h}" for w, h in SIZES]
@@ -102,7 +102,7 @@ async def test_while_the_script_runs_the_console_keeps_its_rows_and_grows_at_the
         assert (console.region, graph.region) == (rows, above)
         assert "output line 2" in screen_text(app)  # the newest line in view
         for event in after_stop(1, link.events):  # the next stop: the console grows
-            app.reader.feed(event)
+            app.driver.reader.feed(event)
         await settle(pilot)
         assert not app.waiting
         assert console.region.height == 5  # its three lines and the border

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from backstep.process.launcher import debuggee_command
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.diagnosis import DiagnosisBanner
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.help import HelpScreen
@@ -16,7 +16,6 @@ from backstep.tui.panels.source import SourcePanel
 from backstep.tui.runtime.live_link import LiveLink
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.records import Related
-from tests.test_tui import line_with, make_app, pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ADD,
@@ -28,7 +27,9 @@ from tests.tui_fixtures import (
     accumulating_diagnosis,
     diagnosis,
     example_events,
+    live_app,
 )
+from tests.tui_pilot import line_with, make_app, pilot, screen_text
 
 SIZE = (140, 42)
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +63,7 @@ def marked_line(app: BackstepApp) -> str:
 
 async def feed(app: BackstepApp, pilot: Any, *events: dict[str, Any]) -> None:
     for event in events:
-        app.reader.feed(event)
+        app.driver.reader.feed(event)
     await pilot.pause()
     await pilot.pause()
 
@@ -319,7 +320,7 @@ def test_live_debuggee_banner_on_backward_twice() -> None:
     shows it with the node selected and its forward line in the Source panel."""
     script = REPO / "tests" / "pitfalls" / "backward_twice.py"
     link = LiveLink(debuggee_command(str(script), [], source=True))
-    app = BackstepApp(link)  # stops at each pass start; `c` goes on to the next one
+    app = live_app(link)  # stops at each pass start; `c` goes on to the next one
 
     async def run() -> None:
         async with app.run_test(size=SIZE) as pilot:

@@ -9,8 +9,8 @@ from typing import Any
 
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.graph import GraphPanel
-from tests.test_tui import make_app, pilot, screen_text, settle
 from tests.tui_fixtures import MUL, example_events, summary
+from tests.tui_pilot import make_app, pilot, screen_text, settle
 
 
 def evals(link: Any) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ async def ask(app: Any, pilot: Any, source: str) -> int:
     app.query_one(ConsolePanel).expression_line.value = source
     await pilot.press("enter")
     await pilot.pause()
-    return [m for m in app.link.sent if m.get("cmd") == "eval"][-1]["req"]
+    return [m for m in app.driver.link.sent if m.get("cmd") == "eval"][-1]["req"]
 
 
 def console_text(app: Any) -> str:
@@ -49,7 +49,7 @@ async def test_colon_opens_the_line_and_enter_sends_an_eval_for_the_shown_stop()
         sent = evals(link)
         assert len(sent) == 1 and sent[0]["source"] == "grad_outputs[0].sum()"
         assert sent[0]["stop"] == 40 and isinstance(sent[0]["req"], int)
-        app.reader.feed({"event": "evaluated", "req": sent[0]["req"], "ok": True,
+        app.driver.reader.feed({"event": "evaluated", "req": sent[0]["req"], "ok": True,
                          "text": "tensor () float32 cpu\ntensor(1.)"})
         await settle(pilot)
         text = console_text(app)
@@ -91,7 +91,7 @@ async def test_an_answer_with_markup_and_escapes_is_shown_as_text() -> None:
     app, link = make_app()
     async with app.run_test(size=(140, 42)) as pilot:
         req = await ask(app, pilot, "x")
-        app.reader.feed({"event": "evaluated", "req": req, "ok": False,
+        app.driver.reader.feed({"event": "evaluated", "req": req, "ok": False,
                          "text": "Traceback\n[red]boom[/] \x1b]0;title\x07"})
         await settle(pilot)
         text = console_text(app)
@@ -107,7 +107,7 @@ async def test_ctrl_c_while_a_line_runs_sends_cancel_not_interrupt() -> None:
         await pilot.pause()
         cmds = [m["cmd"] for m in link.sent]
         assert "cancel" in cmds and "interrupt" not in cmds
-        app.reader.feed({"event": "evaluated", "req": req, "ok": False,
+        app.driver.reader.feed({"event": "evaluated", "req": req, "ok": False,
                          "text": "KeyboardInterrupt: the evaluation was interrupted"})
         await settle(pilot)
         assert "KeyboardInterrupt" in console_text(app)
@@ -137,7 +137,7 @@ async def test_e_offers_an_edit_and_an_edit_event_marks_the_pass() -> None:
         await pilot.press("enter")
         await pilot.pause()
         assert evals(link)[0]["source"] == "zero_nonfinite()"
-        app.reader.feed({"event": "edit", "pass": 1, "step": 3, "id": MUL,
+        app.driver.reader.feed({"event": "edit", "pass": 1, "step": 3, "id": MUL,
                          "name": "MulBackward0", "stop": 3, "slot": "grad_outputs",
                          "what": "zero_nonfinite()", "indices": [0],
                          "before": [summary([float("nan")])], "after": [summary([0.0])]})

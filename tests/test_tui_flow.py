@@ -5,13 +5,20 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.flow import FlowScreen, leaf_flows, verdicts
 from backstep.tui.state.flow_leaves import axis_labels
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
-from tests.test_tui_search import two_passes_own_ids
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary, upto_stop
+from tests.tui_fixtures import (
+    LONG_LEAVES,
+    RecordingLink,
+    live_app,
+    long_name_events,
+    summary,
+    two_passes_own_ids,
+    upto_stop,
+)
+from tests.tui_pilot import pilot, screen_text
 
 
 def snapshot_of(events):  # type: ignore[no-untyped-def]
@@ -54,7 +61,7 @@ def test_pending_leaves_are_counted() -> None:
 
 @pilot
 async def test_F_opens_the_chart_and_it_follows_the_pass() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=4))
+    app = live_app(RecordingLink(long_name_events(), stop=4))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("F")
@@ -65,7 +72,7 @@ async def test_F_opens_the_chart_and_it_follows_the_pass() -> None:
         assert [f.norm for f in screen.flows] == [None, None]
         # the person stepped on elsewhere (the chart is modal): x accumulates, then y
         for event in long_name_events()[len(upto_stop(4, long_name_events())):]:
-            app.reader.feed(event)
+            app.driver.reader.feed(event)
         await pilot.pause(0.3)
         assert [f.norm for f in screen.flows] == [32.0, 64.0]
         assert "2/2 leaves accumulated" in str(screen.query_one("#flow-verdicts", Static).content)
@@ -92,7 +99,7 @@ def flow_text(screen: FlowScreen) -> str:
 
 @pilot
 async def test_F_under_review_charts_the_pass_looked_back_at() -> None:
-    app = BackstepApp(RecordingLink(two_passes_own_ids(), stop=8))  # pass 2, before step 3
+    app = live_app(RecordingLink(two_passes_own_ids(), stop=8))  # pass 2, before step 3
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("p", "p", "p")  # pass 1, before its last node: x accumulated, not y
@@ -107,7 +114,7 @@ async def test_F_under_review_charts_the_pass_looked_back_at() -> None:
 @pilot
 async def test_F_at_a_pass_start_charts_the_finished_pass_before_it() -> None:
     events = two_passes_own_ids()
-    app = BackstepApp(RecordingLink(events, stop=6))  # the start of pass 2 (after f)
+    app = live_app(RecordingLink(events, stop=6))  # the start of pass 2 (after f)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         screen = await open_chart(app, pilot)
@@ -116,7 +123,7 @@ async def test_F_at_a_pass_start_charts_the_finished_pass_before_it() -> None:
         assert "2/2 leaves accumulated" in text and [f.norm for f in screen.flows] == [32.0, 64.0]
         # pass 2 runs on (the chart is modal): once a leaf of it accumulates, it is charted
         for event in events[len(upto_stop(6, events)):len(upto_stop(10, events))]:
-            app.reader.feed(event)
+            app.driver.reader.feed(event)
         await pilot.pause(0.3)
         text = flow_text(screen)
         assert "pass 2 · escape closes" in text and "1/2 leaves accumulated" in text
@@ -124,7 +131,7 @@ async def test_F_at_a_pass_start_charts_the_finished_pass_before_it() -> None:
 
 @pilot
 async def test_the_cursor_walks_the_leaves_with_their_full_names() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    app = live_app(RecordingLink(long_name_events(), stop=1))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("f")  # the pass ends: both leaves accumulated
@@ -166,7 +173,7 @@ async def test_leaf_names_with_markup_are_drawn_as_they_read() -> None:
         if ev["event"] == "pass_begin":
             ev["nodes"] = [{**n, "leaf": hostile} if n["leaf"] == LONG_LEAVES["y"] else n
                            for n in ev["nodes"]]
-    app = BackstepApp(RecordingLink(events, stop=1))
+    app = live_app(RecordingLink(events, stop=1))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("f")

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.text.format import summary_line, summary_lines
-from tests.test_tui import pilot, settle
-from tests.tui_fixtures import RecordingLink, example_events, summary, upto_stop
+from tests.tui_fixtures import RecordingLink, example_events, live_app, summary, upto_stop
+from tests.tui_pilot import pilot, settle
 
 SIZES = [(80, 24), (110, 32), (140, 42), (160, 48)]
 GRAD = [-0.1336, 0.05, 0.12, -0.1, 0.02, 0.1, 0.03, -0.02]
@@ -49,7 +48,7 @@ def shown(panel: GradientsPanel, option: str) -> str:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_one_gradient_shows_every_number_and_its_dtype(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(events_with([bf16(GRAD, [4, 2])])))
+    app = live_app(RecordingLink(events_with([bf16(GRAD, [4, 2])])))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         panel = app.query_one(GradientsPanel)
@@ -67,7 +66,7 @@ async def test_one_gradient_shows_every_number_and_its_dtype(size: tuple[int, in
 async def test_a_crowded_node_keeps_every_dtype_and_norm_without_scrolling(
         size: tuple[int, int]) -> None:
     grads = [bf16([g * (i + 1) for g in GRAD], [4, 2]) for i in range(3)]
-    app = BackstepApp(RecordingLink(events_with(grads)))
+    app = live_app(RecordingLink(events_with(grads)))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         panel = app.query_one(GradientsPanel)

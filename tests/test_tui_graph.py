@@ -6,11 +6,17 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.state.graphlayout import TOP, GraphLayout
 from backstep.tui.state.records import Graph
-from tests.tui_fixtures import RecordingLink, chain_pass, pass_begin, stop_at, transformer_pass
+from tests.tui_fixtures import (
+    RecordingLink,
+    chain_pass,
+    live_app,
+    pass_begin,
+    stop_at,
+    transformer_pass,
+)
 
 
 def layout_of(event: dict) -> GraphLayout:
@@ -65,7 +71,7 @@ def test_a_binary_tree_nests_at_most_log_deep() -> None:
 
 def on_graph(event: dict, target: int, look: Callable[[GraphPanel], None]) -> None:
     """Mount the app on a big pass stopped at ``target`` and hand its graph panel to ``look``."""
-    app = BackstepApp(RecordingLink([event, stop_at(event, target)], stop=1))
+    app = live_app(RecordingLink([event, stop_at(event, target)], stop=1))
 
     async def go() -> None:
         async with app.run_test(size=(140, 42)) as pilot:

@@ -5,37 +5,30 @@ maximises the focused panel; long names are cut keeping their informative tail."
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.text.format import cut_left, cut_middle
-from tests.test_tui import line_with, pilot, screen_text, settle
 from tests.tui_fixtures import (
     LONG_LEAVES,
     RecordingLink,
+    gpt_named_events,
+    live_app,
     long_name_events,
+    no_wider,
     saved,
-    stop_at,
-    transformer_pass,
     upto_stop,
 )
+from tests.tui_fixtures import (
+    long_name_app as make_app,
+)
+from tests.tui_pilot import line_with, pilot, screen_text, settle
 
 SIZES = [(80, 24), (100, 30), (110, 32), (140, 42), (160, 48), (200, 60)]
 ALWAYS = ("#graph", "#gradients", "#saved", "#status")
-
-
-def no_wider(widget: Any) -> bool:
-    """Every row of a scrolling panel fits its width: nothing is cut at the right edge."""
-    return widget.virtual_size.width <= widget.scrollable_content_region.width
-
-
-def make_app(stop: int = 3) -> BackstepApp:
-    return BackstepApp(RecordingLink(long_name_events(), stop=stop))
 
 
 def test_cut_left_keeps_the_tail() -> None:
@@ -141,28 +134,10 @@ async def test_long_names_are_cut_from_the_left_and_shown_whole_in_the_detail() 
         assert "mlp.c_proj :22" in graph and "…" in graph
 
 
-def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
-    """A deep residual pass (``transformer_pass``) with GPT-2's dotted names, stopped at its root:
-    AccumulateGrad rows two levels deep and long op names with source lines, where a narrow
-    graph panel has little room."""
-    event = transformer_pass(nodes)
-    for node in event["nodes"]:
-        if node["name"] == "AddBackward0":  # a long op name with a source line, at the top level
-            node["name"] = "NativeLayerNormBackward0"
-            node["source"] = {"file": "gpt.py", "line": 24, "code": "x = self.ln_1(x)"}
-        if node["module"]:
-            block = node["module"].split(".")[2]
-            node["module"] = f"model.transformer.h.{block}.mlp.c_fc"
-            if node["leaf"]:
-                node["leaf"] = f"{node['module']}.weight"
-    session = {"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1}
-    return [session, event, stop_at(event, event["nodes"][0]["id"])]
-
-
 @pytest.mark.parametrize("size", [(80, 24), (110, 32), (170, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_graph_rows_fit_and_leaves_are_cut_only_from_the_left(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         graph = app.query_one(GraphPanel)
@@ -200,7 +175,7 @@ async def test_gradients_fit_the_panel_without_wrapping_or_scrolling(size: tuple
         # the leaf's name cut from the left to keep the target on one line
         target = line_with(text, "grad_input[1] →")
         assert "AccGrad (…" in target and ".weight) #4" in target, target
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         # a [2, 2] gradient's summary wraps onto a second line: every number and the dtype
@@ -218,7 +193,7 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
     events = copy.deepcopy(upto_stop(3, long_name_events()))
     events[-1]["saved"] = [saved("self", [10, 16]), saved("total_weight", []),
                            saved("mat1_sym_sizes_0_really_long", [4096, 50257])]
-    app = BackstepApp(RecordingLink(events, stop=3))
+    app = live_app(RecordingLink(events, stop=3))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         text = screen_text(app)
@@ -231,7 +206,7 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
 @pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await pilot.press("m")

@@ -11,7 +11,7 @@ import pytest
 from rich.text import Text
 
 from backstep.traces.index import TraceIndex
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.leaves import (
     COLUMNS,
     LeavesPanel,
@@ -20,12 +20,22 @@ from backstep.tui.panels.leaves import (
     joined,
     name_label,
 )
-from backstep.tui.replay_app import ReplayApp
 from backstep.tui.text.format import fit_number
 from tests.synthetic_traces import write_transformer_trace
-from tests.test_tui import pilot, screen_text, settle
-from tests.test_tui_layout import gpt_named_events, make_app, no_wider
-from tests.tui_fixtures import LONG_LEAVES, RecordingLink, long_name_events, summary
+from tests.tui_fixtures import (
+    LONG_LEAVES,
+    RecordingLink,
+    gpt_named_events,
+    live_app,
+    long_name_events,
+    no_wider,
+    replay_app,
+    summary,
+)
+from tests.tui_fixtures import (
+    long_name_app as make_app,
+)
+from tests.tui_pilot import pilot, screen_text, settle
 
 FULL = tuple(w for _, w, _ in COLUMNS)
 
@@ -59,7 +69,7 @@ def shown_names(app: BackstepApp) -> list[str]:
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pilot
 async def test_leaf_rows_fit_the_panel_and_names_keep_their_tail(size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(gpt_named_events()))
+    app = live_app(RecordingLink(gpt_named_events()))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         panel = app.query_one(LeavesPanel)
@@ -103,7 +113,7 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
     trace = tmp_path / "norms.jsonl"
     write_transformer_trace(trace, passes=3, nodes=1500, norms=True)  # 300 weights
     with TraceIndex(trace) as index:
-        app = ReplayApp(index)
+        app = replay_app(index)
         async with app.run_test(size=(140, 42)) as pilot:
             await settle(pilot)
             panel = app.query_one(LeavesPanel)
@@ -148,7 +158,7 @@ def small_norm_events() -> list[dict[str, Any]]:
 @pilot
 async def test_numbers_keep_a_space_between_them_and_lose_digits_not_their_ends(
         size: tuple[int, int]) -> None:
-    app = BackstepApp(RecordingLink(small_norm_events(), stop=5))
+    app = live_app(RecordingLink(small_norm_events(), stop=5))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         panel = app.query_one(LeavesPanel)

@@ -3,10 +3,8 @@ the current node's module unfolded, arrows fold and unfold."""
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.modules import NO_MODULE, ModulePanel, build_modules, module_parts
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ACC_Y,
@@ -14,10 +12,12 @@ from tests.tui_fixtures import (
     MUL,
     POW,
     RecordingLink,
+    live_app,
     long_name_events,
     summary,
     upto_stop,
 )
+from tests.tui_pilot import pilot, screen_text
 
 PATH = ("model", "transformer", "h.11", "mlp", "c_proj")
 
@@ -45,7 +45,7 @@ def test_nodes_fold_under_their_module_path() -> None:
 
 @pilot
 async def test_m_shows_modules_with_counts_and_the_current_node_unfolded() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=3))
+    app = live_app(RecordingLink(long_name_events(), stop=3))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("m")
@@ -81,7 +81,7 @@ async def test_a_nan_in_a_module_marks_it() -> None:
     events = long_name_events()
     nodes = [e for e in events if e["event"] == "node"]
     nodes[1]["grad_inputs"] = [summary([float("nan"), 1.0]), summary([1.0])]  # AddBackward0
-    app = BackstepApp(RecordingLink(events, stop=3))
+    app = live_app(RecordingLink(events, stop=3))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("m")
@@ -95,7 +95,7 @@ async def test_a_nan_in_a_module_marks_it() -> None:
 
 @pilot
 async def test_search_in_the_module_view_unfolds_the_match() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    app = live_app(RecordingLink(long_name_events(), stop=1))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.press("m", "slash", "m", "u", "l", "enter")

@@ -3,16 +3,15 @@ clicking a module row in the module view folds or unfolds it."""
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.panels.tensorview import TensorView
-from tests.test_tui import pilot
-from tests.tui_fixtures import ADD, MUL, RecordingLink, example_events, long_name_events
+from tests.tui_fixtures import ADD, MUL, RecordingLink, example_events, live_app, long_name_events
+from tests.tui_pilot import pilot
 
 
 @pilot
 async def test_click_a_node_selects_it() -> None:
-    app = BackstepApp(RecordingLink(example_events(), stop=3))
+    app = live_app(RecordingLink(example_events(), stop=3))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         assert app.selected == MUL
@@ -25,7 +24,7 @@ async def test_click_a_node_selects_it() -> None:
 @pilot
 async def test_click_a_gradient_opens_the_tensor_view() -> None:
     link = RecordingLink(example_events(), stop=3)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.click("#gradients", offset=(6, 2))  # grad_output[0]
@@ -37,7 +36,7 @@ async def test_click_a_gradient_opens_the_tensor_view() -> None:
 
 @pilot
 async def test_click_a_module_folds_it_and_a_node_in_it_selects_it() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=3))
+    app = live_app(RecordingLink(long_name_events(), stop=3))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("m")

@@ -18,7 +18,7 @@ from backstep.tui.state import model as model_module
 from backstep.tui.state import records
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.node_record import saved_infos
-from backstep.tui.state.records import _summaries
+from backstep.tui.state.records import summaries_of
 from tests.tui_fixtures import chain_pass, summary
 
 NODES = 300
@@ -72,8 +72,8 @@ def test_a_record_read_later_is_the_record_read_at_once() -> None:
     for k, event in enumerate(events):
         record = view.record(event["id"])
         assert record is not None and record.index == k and record.step == event["step"]
-        assert record.grad_outputs == _summaries(event["grad_outputs"])
-        assert record.grad_inputs == _summaries(event["grad_inputs"])
+        assert record.grad_outputs == summaries_of(event["grad_outputs"])
+        assert record.grad_inputs == summaries_of(event["grad_inputs"])
         assert record.saved == saved_infos(event["saved"])
         assert record.saved[1].value == str(event["id"])  # a scalar's value, as text
         assert record.saved_bytes == 8 * event["id"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.status import live_passes
+from backstep.tui.runtime.link import LinkedApp
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import SIZE, line_with, pilot, screen_text
-from tests.tui_fixtures import ADD, POW, STEPS, pass_begin, summary
+from tests.tui_fixtures import ADD, POW, STEPS, live_app, pass_begin, summary
+from tests.tui_pilot import SIZE, line_with, pilot, screen_text
 
 
 def begin(number: int, thread: str) -> dict[str, Any]:
@@ -57,9 +58,9 @@ class ScriptedLink:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
         self.replies = [AFTER_STEP, AFTER_CONTINUE]
-        self.app: BackstepApp | None = None
+        self.app: LinkedApp | None = None  # the live driver
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: LinkedApp) -> None:
         self.app = app
         for event in OPENING:
             app.reader.feed(event)
@@ -82,14 +83,14 @@ async def settled(app: BackstepApp, pilot: Any) -> None:
     """Everything the link fed is drawn: a stop is published at once, the events after it on
     the reader's next 0.1 s tick (flushed here, so a loaded machine cannot read in between)."""
     await pilot.pause()
-    app.reader.flush()
+    app.driver.reader.flush()
     await pilot.pause()
 
 
 @pilot
 async def test_two_live_passes_listed_and_stepped_in_turn() -> None:
     link = ScriptedLink()
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         graph = app.query_one(GraphPanel)

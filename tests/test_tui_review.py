@@ -3,16 +3,16 @@ recorded, marked "review"; ``n`` walks forward to the live stop; nothing is sent
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.review import review_at
-from tests.test_tui import SIZE, pilot, screen_text
-from tests.tui_fixtures import RecordingLink, example_events, upto_stop
+from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
+from tests.tui_pilot import SIZE, pilot, screen_text
 
 
 def make_app(stop: int) -> tuple[BackstepApp, RecordingLink]:
     link = RecordingLink(example_events(), stop=stop)
-    return BackstepApp(link), link
+    return live_app(link), link
 
 
 def live_snapshots() -> list:
@@ -81,7 +81,7 @@ def two_passes() -> list[dict]:
 @pilot
 async def test_p_steps_back_into_the_ended_pass_and_n_returns() -> None:
     link = RecordingLink(two_passes(), stop=7)  # pass 2, before its second node
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         text = screen_text(app)
@@ -116,11 +116,11 @@ async def test_review_says_when_older_passes_were_dropped_at_the_cap() -> None:
     events = two_passes()
     third = [{**e, "pass": 3} for e in events if e.get("pass") == 2]
     link = RecordingLink([*events, *third], stop=11)  # pass 3, its first node
-    app = BackstepApp(link)
-    app.reader.model.review_cap = 8  # one ended pass (5 nodes + 2 accumulations) fits
+    app = live_app(link)
+    app.driver.reader.model.review_cap = 8  # one ended pass (5 nodes + 2 accumulations) fits
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert app.reader.model.dropped == 1 and [v.number for v in app._ended()] == [2]
+        assert app.driver.reader.model.dropped == 1 and [v.number for v in app.driver.history()] == [2]
         await pilot.press("left_square_bracket")
         await pilot.pause()
         text = screen_text(app)

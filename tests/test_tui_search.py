@@ -3,14 +3,12 @@ and n steps again."""
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.panels.saved import SavedPanel
 from backstep.tui.panels.search import SearchBar, matches, pick
 from backstep.tui.state.records import Graph
-from tests.test_tui import pilot, screen_text
 from tests.tui_fixtures import (
     ACC_X,
     ACC_Y,
@@ -18,9 +16,11 @@ from tests.tui_fixtures import (
     MUL,
     POW,
     RecordingLink,
-    example_events,
+    live_app,
     long_name_events,
+    two_passes_own_ids,
 )
+from tests.tui_pilot import pilot, screen_text, type_query
 
 
 def graph() -> Graph:
@@ -43,18 +43,10 @@ def test_pick_wraps_both_ways() -> None:
     assert pick([2, 4, 6], None, 1) == 2 and pick([], 1, 1) is None
 
 
-async def type_query(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
-    await pilot.press("slash")
-    for ch in text:
-        await pilot.press(ch)
-    await pilot.press("enter")
-    await pilot.pause()
-
-
 @pilot
 async def test_slash_enter_n_and_escape() -> None:
     link = RecordingLink(long_name_events(), stop=1)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         assert not app.query_one(SearchBar).display
@@ -82,7 +74,7 @@ async def test_slash_enter_n_and_escape() -> None:
 
 @pilot
 async def test_search_by_leaf_name_and_no_match() -> None:
-    app = BackstepApp(RecordingLink(long_name_events(), stop=1))
+    app = live_app(RecordingLink(long_name_events(), stop=1))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await type_query(pilot, "c_proj.bias")
@@ -96,37 +88,13 @@ async def test_search_by_leaf_name_and_no_match() -> None:
         assert not app.query_one(SearchBar).display
 
 
-def renumbered(events: list[dict], number: int, shift: int) -> list[dict]:
-    """``events``'s pass as pass ``number`` with every node id moved by ``shift``: a later pass
-    has nodes of its own, as a real one does."""
-    def moved(i: int | None) -> int | None:
-        return None if i is None else i + shift
 
-    out = []
-    for ev in events:
-        if ev["event"] in ("session", "exit"):
-            continue
-        ev = {**ev, "pass": number}
-        if ev["event"] == "pass_begin":
-            ev["roots"] = [moved(r) for r in ev["roots"]]
-            ev["nodes"] = [{**n, "id": moved(n["id"]), "next": [moved(x) for x in n["next"]]}
-                           for n in ev["nodes"]]
-        elif "id" in ev:
-            ev["id"] = moved(ev["id"])
-        out.append(ev)
-    return out
-
-
-def two_passes_own_ids() -> list[dict]:
-    """The example twice; pass 2's nodes have ids of their own."""
-    first = [e for e in example_events() if e["event"] != "exit"]
-    return first + renumbered(example_events(), 2, 100)
 
 
 @pilot
 async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None:
     link = RecordingLink(two_passes_own_ids(), stop=6)  # the start of pass 2 (f from pass 1)
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=(140, 42)) as pilot:
         await pilot.pause()
         await pilot.press("p")  # reviewing pass 1, before its last node
@@ -146,7 +114,7 @@ async def test_search_while_reviewing_an_earlier_pass_selects_its_node() -> None
 
 @pilot
 async def test_search_while_reviewing_in_the_module_view() -> None:
-    app = BackstepApp(RecordingLink(two_passes_own_ids(), stop=6))
+    app = live_app(RecordingLink(two_passes_own_ids(), stop=6))
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.pause()
         await pilot.press("p", "m")  # pass 1 under review, its modules

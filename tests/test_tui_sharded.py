@@ -9,8 +9,8 @@ from typing import Any
 
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.text.format import summary_line
-from tests.test_tui import SIZE, line_with, make_app, pilot, screen_text, settle
 from tests.tui_fixtures import ACC_X, MUL, example_events, summary
+from tests.tui_pilot import SIZE, line_with, make_app, pilot, screen_text, settle
 
 COMM = "FSDP post-backward of layers.1: reduce-scatter of its gradients into the shards"
 SHARD = {"placements": ["Shard(0)"], "global_shape": [4, 4]}

@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 
 from backstep.demo import catalog as demos
 from backstep.demo import narration
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.messages import ConsoleOutput
 from tests.tui_fixtures import (
     ADD,
@@ -23,6 +23,7 @@ from tests.tui_fixtures import (
     accumulating_diagnosis,
     diagnosis,
     example_events,
+    live_app,
     long_name_events,
     summary,
     upto_stop,
@@ -32,7 +33,7 @@ SIZE = (140, 42)
 
 
 def app_at(stop: int, events: list[dict[str, Any]] | None = None, **kwargs: Any) -> BackstepApp:
-    return BackstepApp(RecordingLink(example_events() if events is None else events, stop=stop),
+    return live_app(RecordingLink(example_events() if events is None else events, stop=stop),
                        **kwargs)
 
 
@@ -99,8 +100,8 @@ def test_tensor_view(snap_compare) -> None:
         panel.highlighted = panel.get_option_index("grad_outputs:0")
         await pilot.press("enter")
         await pilot.pause()
-        req = app.link.sent[-1]["req"]
-        app.reader.feed({"event": "tensor", "req": req, "shape": [4, 8], "dtype": "float32",
+        req = app.driver.link.sent[-1]["req"]
+        app.driver.reader.feed({"event": "tensor", "req": req, "shape": [4, 8], "dtype": "float32",
                          "numel": 32, "offset": 0,
                          "values": [round(0.1 * i - 1.5, 2) for i in range(31)] + ["nan"]})
         await pilot.pause()
@@ -125,8 +126,8 @@ def test_selected_node_differs_from_current(snap_compare) -> None:
 def test_diagnosis_banner(snap_compare) -> None:
     async def diagnose(pilot: Pilot) -> None:
         await with_output(pilot)
-        pilot.app.reader.feed(diagnosis(node=ADD))
-        pilot.app.reader.feed(accumulating_diagnosis())
+        pilot.app.driver.reader.feed(diagnosis(node=ADD))
+        pilot.app.driver.reader.feed(accumulating_diagnosis())
         await pilot.pause()
         await pilot.pause()
 
@@ -139,7 +140,7 @@ FIT_SIZES = [(80, 24), (110, 32), (160, 48)]
 @pytest.mark.parametrize("size", FIT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_live_ui_fits(snap_compare, size: tuple[int, int]) -> None:
     """The live UI on a model's long dotted names, at a default terminal, a split pane, a big one."""
-    app = BackstepApp(RecordingLink(long_name_events(), stop=4))
+    app = live_app(RecordingLink(long_name_events(), stop=4))
     assert snap_compare(app, terminal_size=size, run_before=with_output)
 
 
@@ -163,12 +164,12 @@ def test_gradient_flow(snap_compare) -> None:
         await pilot.press("f")
         await pilot.pause()
 
-    app = BackstepApp(RecordingLink(events, stop=1))
+    app = live_app(RecordingLink(events, stop=1))
     assert snap_compare(app, terminal_size=(110, 32), run_before=finish, press=["F"])
 
 
 @pytest.mark.parametrize("size", [(80, 24), (110, 32)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_module_view(snap_compare, size: tuple[int, int]) -> None:
     """m: the nodes folded by module path, the current node's module unfolded."""
-    app = BackstepApp(RecordingLink(long_name_events(), stop=3))
+    app = live_app(RecordingLink(long_name_events(), stop=3))
     assert snap_compare(app, terminal_size=size, press=["m"])

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.panels.status import HELP, HINTS, status_text
 from backstep.tui.state.model import SessionModel
-from tests.test_tui import pilot, screen_text
-from tests.tui_fixtures import RecordingLink, long_name_events, upto_stop
+from tests.tui_fixtures import RecordingLink, live_app, long_name_events, upto_stop
+from tests.tui_pilot import pilot, screen_text
 
 
 def stopped_at_mul() -> str:
@@ -87,7 +86,7 @@ def test_a_long_node_name_is_cut_in_the_middle_and_help_stays() -> None:
 @pytest.mark.parametrize("detail", [None, "a long detail " * 6])
 @pilot
 async def test_status_line_fits_80_columns_with_long_names(detail: str | None) -> None:
-    app = BackstepApp(RecordingLink(long_stop_events(detail), stop=3))
+    app = live_app(RecordingLink(long_stop_events(detail), stop=3))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         status = app.query_one("#status")
@@ -103,7 +102,7 @@ async def test_a_disconnect_that_arrives_while_the_app_closes_is_not_a_crash() -
     finds no panels to update, keeps the exit code it worked out, and raises nothing."""
     from backstep.tui.messages import Disconnected
 
-    app = BackstepApp(RecordingLink(long_stop_events(), stop=3))
+    app = live_app(RecordingLink(long_stop_events(), stop=3))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
     app._disconnected(Disconnected(returncode=-9))  # every screen is gone by now

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.messages import ConsoleOutput, InputWanted
 from backstep.tui.panels.console import ConsolePanel
-from tests.test_tui import SIZE, pilot
-from tests.tui_fixtures import RecordingLink, example_events
+from tests.tui_fixtures import RecordingLink, example_events, live_app
+from tests.tui_pilot import SIZE, pilot
 
 
 class StdinLink(RecordingLink):
@@ -29,7 +28,7 @@ class StdinLink(RecordingLink):
 @pilot
 async def test_input_line_sends_what_is_typed_and_ctrl_d_ends_stdin() -> None:
     link = StdinLink()
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         console = app.query_one(ConsolePanel)
@@ -60,7 +59,7 @@ async def test_input_line_sends_what_is_typed_and_ctrl_d_ends_stdin() -> None:
 @pilot
 async def test_i_opens_the_line_by_hand_and_escape_leaves_it() -> None:
     link = StdinLink()
-    app = BackstepApp(link)
+    app = live_app(link)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("i")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from backstep.tui.live_app import BackstepApp
 from backstep.tui.runtime.whole_writes import WholeWrites, driver_class, whole
-from tests.test_run_e2e import SCRIPT, Pty, pytestmark  # noqa: F401 - same skips
+from tests.pty_session import SCRIPT, Pty, pytestmark  # noqa: F401 - same skips
+from tests.tui_fixtures import live_app
 
 CUT_ESCAPE = re.compile(rb"\x1b\[[0-?]*[ -/]*(?=\x1b)")  # a CSI sequence cut by the next one
 
@@ -110,7 +110,7 @@ def test_windows_keeps_its_console_stream(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_the_app_s_driver_writes_frames_whole() -> None:
-    app = BackstepApp()
+    app = live_app()
     cls = app.driver_class
     assert cls is driver_class(cls.__mro__[1])  # one class per driver, not one per app
 

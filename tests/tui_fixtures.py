@@ -11,7 +11,7 @@ import inspect
 import math
 from typing import Any
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 
 
 def example_script() -> None:  # pragma: no cover - the source lines the fixture events point at
@@ -151,9 +151,9 @@ class RecordingLink:
         self.events = events
         self.stop = stop
         self.closed = False
-        self.app: BackstepApp | None = None
+        self.app: Any = None  # the LinkedApp it was opened with (the live driver)
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: Any) -> None:
         self.app = app
         if self.events is not None:
             for event in upto_stop(self.stop, self.events):
@@ -290,3 +290,100 @@ def long_name_events() -> list[dict[str, Any]]:
         elif ev["event"] == "accumulate":
             ev["leaf"] = LONG_LEAVES[ev["leaf"]]
     return events
+
+
+# -- the app over a session, as the commands make it (below the example: its line numbers
+# are in the snapshots) ------------------------------------------------------------------------
+
+def live_app(link: Any = None, **options: Any) -> BackstepApp:
+    """The app over a live session behind ``link`` (a ``RecordingLink`` in most tests)."""
+    from backstep.tui.runtime.live_driver import LiveDriver
+
+    return BackstepApp(LiveDriver(link), **options)
+
+
+def replay_app(index: Any, *, note: str | None = None, against: Any = None,
+               settle_memory: bool = False, **options: Any) -> BackstepApp:
+    """The app over a trace, as ``backstep show`` makes it."""
+    from backstep.tui.runtime.replay_driver import ReplayDriver
+
+    return BackstepApp(ReplayDriver(index, note=note, against=against,
+                                    settle_memory=settle_memory), **options)
+
+
+def gpt_named_events(nodes: int = 120) -> list[dict[str, Any]]:
+    """A deep residual pass (``transformer_pass``) with GPT-2's dotted names, stopped at its root:
+    AccumulateGrad rows two levels deep and long op names with source lines, where a narrow
+    graph panel has little room."""
+    event = transformer_pass(nodes)
+    for node in event["nodes"]:
+        if node["name"] == "AddBackward0":  # a long op name with a source line, at the top level
+            node["name"] = "NativeLayerNormBackward0"
+            node["source"] = {"file": "gpt.py", "line": 24, "code": "x = self.ln_1(x)"}
+        if node["module"]:
+            block = node["module"].split(".")[2]
+            node["module"] = f"model.transformer.h.{block}.mlp.c_fc"
+            if node["leaf"]:
+                node["leaf"] = f"{node['module']}.weight"
+    session = {"event": "session", "version": 1, "torch": "t", "argv": ["x"], "pid": 1}
+    return [session, event, stop_at(event, event["nodes"][0]["id"])]
+
+
+def no_wider(widget: Any) -> bool:
+    """Every row of a scrolling panel fits its width: nothing is cut at the right edge."""
+    return widget.virtual_size.width <= widget.scrollable_content_region.width
+
+
+def make_app(stop: int = 3) -> BackstepApp:
+    return live_app(RecordingLink(long_name_events(), stop=stop))
+
+
+def long_name_app(stop: int = 3) -> BackstepApp:
+    """The app at a stop of ``long_name_events``."""
+    return live_app(RecordingLink(long_name_events(), stop=stop))
+
+
+def renumbered(events: list[dict], number: int, shift: int) -> list[dict]:
+    """``events``'s pass as pass ``number`` with every node id moved by ``shift``: a later pass
+    has nodes of its own, as a real one does."""
+    def moved(i: int | None) -> int | None:
+        return None if i is None else i + shift
+
+    out = []
+    for ev in events:
+        if ev["event"] in ("session", "exit"):
+            continue
+        ev = {**ev, "pass": number}
+        if ev["event"] == "pass_begin":
+            ev["roots"] = [moved(r) for r in ev["roots"]]
+            ev["nodes"] = [{**n, "id": moved(n["id"]), "next": [moved(x) for x in n["next"]]}
+                           for n in ev["nodes"]]
+        elif "id" in ev:
+            ev["id"] = moved(ev["id"])
+        out.append(ev)
+    return out
+
+
+def two_passes_own_ids() -> list[dict]:
+    """The example twice; pass 2's nodes have ids of their own."""
+    first = [e for e in example_events() if e["event"] != "exit"]
+    return first + renumbered(example_events(), 2, 100)
+
+
+def panels(snap: Any) -> dict[str, Any]:
+    """What the panels show: graph states, records, leaves, the stop (not its serial number)."""
+    view = snap.pass_
+    assert view is not None
+    stop = snap.stop
+    current = snap.current
+    return {
+        "pass": view.number,
+        "states": {i: view.state(i, current) for i in view.graph.nodes},
+        "records": [view.record(i) for i in view.executed()],
+        "leaves": [(a.leaf, a.before, a.after, a.passes_since_zeroed)
+                   for a in view.accumulations()],
+        "leaf_norms": {k: repr(v) for k, v in snap.leaf_norms.items()},  # nan != nan
+        "stop": None if stop is None else (stop.pass_, stop.step, stop.id, stop.name, stop.reason,
+                                           stop.grad_outputs, stop.saved),
+        "ended": (view.ended, view.status, view.skipped),
+    }

@@ -21,7 +21,7 @@ from backstep import protocol
 
 if TYPE_CHECKING:
     from backstep.process.channel import Channel
-    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.runtime.link import LinkedApp
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -59,11 +59,11 @@ class RemoteLink:
         self.channel = channel
         channel.shown = True  # a peer's strings reach the screen: made printable as they arrive
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: LinkedApp) -> None:
         threading.Thread(target=self._serve, args=(app,), name="backstep-link",
                          daemon=True).start()
 
-    def _serve(self, app: BackstepApp) -> None:
+    def _serve(self, app: LinkedApp) -> None:
         from backstep.tui.messages import Disconnected
 
         self.channel.send(app.start_message())
@@ -86,7 +86,7 @@ class _Events:
     """The channel as the reader sees it, less the ``output`` events: a copy of the script's
     prints, which go to the console panel."""
 
-    def __init__(self, channel: Channel, app: BackstepApp) -> None:
+    def __init__(self, channel: Channel, app: LinkedApp) -> None:
         self.channel = channel
         self.app = app
 
@@ -143,11 +143,12 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         say("connect", f"cannot reach {where}: {exc.strerror or exc}")
         return 2
-    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.app import BackstepApp
     from backstep.tui.runtime.hangup import HangUp
+    from backstep.tui.runtime.live_driver import LiveDriver
 
     link = RemoteLink(channel)
-    app = BackstepApp(link, breakpoints=breakpoints,
+    app = BackstepApp(LiveDriver(link), breakpoints=breakpoints,
                       stop_at_pass_start=not args.no_stop_at_start)
     with HangUp(app) as hang_up:  # ended by a signal: the terminal restored, the link closed
         try:

@@ -133,12 +133,13 @@ def launch(
                        "stop_at_pass_start": stop_at_pass_start})
     start.start()
     try:
-        from backstep.tui.live_app import BackstepApp
+        from backstep.tui.app import BackstepApp
         from backstep.tui.runtime.hangup import HangUp
+        from backstep.tui.runtime.live_driver import LiveDriver
         from backstep.tui.runtime.live_link import LiveLink
 
         link = LiveLink(start.debuggee.argv, head_start=start)
-        app = BackstepApp(link, breakpoints=list(breakpoints),
+        app = BackstepApp(LiveDriver(link), breakpoints=list(breakpoints),
                           stop_at_pass_start=stop_at_pass_start, source=source, narration=story)
         with HangUp(app) as hang_up:  # the terminal closed or someone ended us: clean up first
             try:

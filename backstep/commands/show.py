@@ -83,15 +83,16 @@ def main(args: argparse.Namespace) -> int:
                        "export` read a trace without one"):
             return 2
         from backstep.traces.diff import Tolerance
-        from backstep.tui.replay_app import ReplayApp
+        from backstep.tui.app import BackstepApp
         from backstep.tui.runtime.hangup import HangUp
+        from backstep.tui.runtime.replay_driver import ReplayDriver
         from backstep.tui.state.against import Against
 
         against = (Against(index, against_index, Tolerance(args.rtol, args.atol))
                    if against_index is not None else None)
-        app = ReplayApp(index, breakpoints=breakpoints,
-                        stop_at_pass_start=not args.no_stop_at_start, note=note, against=against,
-                        settle_memory=True)
+        driver = ReplayDriver(index, note=note, against=against, settle_memory=True)
+        app = BackstepApp(driver, breakpoints=breakpoints,
+                          stop_at_pass_start=not args.no_stop_at_start)
         with HangUp(app) as hang_up:  # ended by a signal: the terminal restored first
             code = app.run()
     # a UI that crashed printed its traceback and says so in its status (Textual: 1), not 0

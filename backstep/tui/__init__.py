@@ -1,15 +1,17 @@
-"""The live stepping UI (Textual). Never imports torch, not even indirectly.
+"""The stepping UI (Textual). Never imports torch, not even indirectly.
 
-``live_app.py`` (``backstep run``, ``attach()``, ``connect``) and ``replay_app.py`` (``show``)
-compose the panels; a new panel goes in ``panels/``, what a new key does in ``actions/`` (its
-binding in ``live_app.py``), a new piece of state in ``state/`` (plain Python, no textual).
-``widgets/`` holds reusable widgets, ``text/`` how things read on screen, ``runtime/`` what runs
-around the app (the link to the debuggee, its reader thread, signals, the terminal).
+``app.py`` is the one app (the panels, every key's binding, the view's keys) over a ``Driver``:
+``runtime/live_driver.py`` for a script (``backstep run``, ``attach()``, ``connect``),
+``runtime/replay_driver.py`` for a trace (``show``). A new panel goes in ``panels/``, a new key
+in ``BackstepApp.BINDINGS`` (what it does on the app, or on the drivers if it moves the
+session), a new piece of state in ``state/`` (plain Python, no textual). ``widgets/`` holds
+reusable widgets, ``text/`` how things read on screen, ``runtime/`` what runs around the app
+(the drivers, the link to the debuggee, its reader thread, signals, the terminal).
 """
 
 from __future__ import annotations
 
-from backstep.tui.live_app import BackstepApp
+from backstep.tui.app import BackstepApp
 from backstep.tui.runtime.link import Link
 
 __all__ = ["BackstepApp", "Link"]

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from backstep.process import transport
 
 if TYPE_CHECKING:
-    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.runtime.link import LinkedApp
 
 
-def pump(fd: int, name: str, app: BackstepApp) -> None:
+def pump(fd: int, name: str, app: LinkedApp) -> None:
     """Forward one console pipe to the app as it is written, until EOF."""
     from backstep.tui.messages import ConsoleOutput
 
@@ -49,14 +49,14 @@ class AttachLink:
         self.address = address
         self.channel: transport.Channel | None = None
 
-    def open(self, app: BackstepApp) -> None:
+    def open(self, app: LinkedApp) -> None:
         for fd, name in zip(self.console, ("stdout", "stderr"), strict=False):
             threading.Thread(target=pump, args=(fd, name, app), name=f"backstep-{name}",
                              daemon=True).start()
         threading.Thread(target=self._serve, args=(app,), name="backstep-link",
                          daemon=True).start()
 
-    def _serve(self, app: BackstepApp) -> None:
+    def _serve(self, app: LinkedApp) -> None:
         from backstep.tui.messages import Disconnected, ServerError
 
         try:
@@ -104,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         address = None
     options = json.loads(args.options)
     console = [int(fd) for fd in args.console.split(",") if fd]
-    from backstep.tui.live_app import BackstepApp
+    from backstep.tui.app import BackstepApp
+    from backstep.tui.runtime.live_driver import LiveDriver
 
     link = AttachLink(console, address)
-    app = BackstepApp(link, breakpoints=list(options.get("breakpoints", [])),
+    app = BackstepApp(LiveDriver(link), breakpoints=list(options.get("breakpoints", [])),
                       stop_at_pass_start=bool(options.get("stop_at_pass_start", True)),
                       source=bool(options.get("source", True)))
     try:

@@ -1,5 +1,5 @@
 """The breakpoint dialog (``B``): conditions beyond "this node type", as protocol breakpoint
-dicts. The keys that open it and toggle a breakpoint are in ``tui/actions/breakpoints.py``."""
+dicts. The keys that open it and toggle a breakpoint are ``BackstepApp``'s (``tui/app.py``)."""
 
 from __future__ import annotations
 

@@ -1,56 +1,84 @@
-"""The help screen: the keys, pdb-style."""
+"""The help screen: the keys, pdb-style, made from the app's bindings.
+
+Each of the app's ``Binding``s documents itself in its tooltip (a session's driver may say
+otherwise in its ``key_help``, by action); keys with the same words share a row. The few keys
+that Textual's widgets handle with no binding of ours (``UNBOUND``) are listed after the key
+named by their ``after``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
 
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.keys import key_to_character
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-KEYS = (
-    ("n", "step: run the paused node, stop before the next one"),
-    ("c", "continue to the next breakpoint or the next pass start"),
-    ("f", "finish the current pass without stopping"),
-    ("p", "step back: review earlier nodes as they were, back across passes (n returns)"),
-    ("[ / ]", "review: the start of this or the previous pass / of the next pass"),
-    ("", "several passes at once (threads, GPUs): n, c and f act on"),
-    ("", "the shown pass; the others stay paused where they are, and"),
-    ("", "the one that has waited longest is shown next (\"2 passes"),
-    ("", "waiting\"), so n takes turns between paused passes"),
-    ("b", "toggle a breakpoint on the selected node's type"),
-    ("B", "breakpoint conditions: node glob, module glob, leaf, non-finite, norm above"),
-    ("enter", "on a gradient: open the tensor view (values fetched on demand)"),
-    ("tab", "move between panels; arrows move in the graph"),
-    ("click", "a node selects it; a gradient opens the tensor view; a module folds / unfolds"),
-    ("z", "maximise the focused panel; z again restores the layout"),
-    ("/", "search: part of a node name, module path or leaf name; enter selects the next match"),
-    ("n / N", "while a search is up: next / previous match (n steps again once escape leaves it)"),
-    ("escape", "leave the search (or restore a maximised panel)"),
-    ("m", "module view: nodes folded by module path, with done/pending, largest norm, ✗ NaN"),
-    ("", "right / left unfold and fold a module; m again shows the graph"),
-    ("F", "gradient flow: each leaf's ‖grad‖ and max |grad| in model order, log scale"),
-    ("", "in the chart, left / right: a leaf's full name and numbers"),
-    ("ctrl+c", "interrupt: stop at the next node while the script runs"),
-    ("i", "type a line for the script's stdin (offered by itself when the script waits on it)"),
-    (": / !", "at a stop: a line of Python, run in the script over the paused node:"),
-    ("", "grad_outputs, grad_inputs, saved, node, leaves, _, the caller's names;"),
-    ("", "up / down recall, ctrl+c interrupts, escape goes back"),
-    ("e", "at a stop: edit the gradient for the rest of the pass: zero_nonfinite(),"),
-    ("", "clip(n), scale(k), set_grad(i, t); the pass is marked \"edited by you\""),
-    ("d / D", "next / previous diagnosis: selects its node, shows its line in Source"),
-    ("x", "dismiss the diagnosis banner (d brings it back)"),
-    ("?", "this help"),
-    ("q", "quit: end the script and leave (every paused thread is released)"),
+# (id, key, what it does, listed after the binding of this action); a driver's ``key_help``
+# may say otherwise by the id
+UNBOUND = (
+    ("open_tensor", "enter", "on a gradient: open the tensor view (values fetched on demand)",
+     "break_dialog"),
+    ("focus", "tab", "move between panels; arrows move in the graph", "break_dialog"),
+    ("click", "click", "a node selects it; a gradient opens the tensor view; a module folds / "
+     "unfolds", "break_dialog"),
 )
 
 
-def keys_table() -> Table:
+NAMES = {"slash": "/"}  # keys Textual names but gives no character for
+
+
+def key_name(key: str) -> str:
+    """How the help (and the README) writes a key: ``[`` for left_square_bracket."""
+    char = NAMES.get(key) or key_to_character(key)
+    return char if char is not None and char.isprintable() else key
+
+
+def key_label(binding: Binding) -> str:
+    """A binding's key as its help row shows it (its ``key_display``, where it has one)."""
+    return binding.key_display or key_name(binding.key)
+
+
+def help_rows(bindings: Iterable[Binding], key_help: Mapping[str, str],
+              offers: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(key, what) rows for the keys ``offers`` says are bound; a second line of a key's words
+    is a row of its own with no key."""
+    entries: list[tuple[str, str]] = []  # (label, words), one per row group
+
+    def add(label: str, action: str, words: str) -> None:
+        words = key_help.get(action, words)
+        if not words:
+            return
+        for i, (had, same) in enumerate(entries):
+            if same == words:
+                entries[i] = (f"{had} / {label}", same)
+                return
+        entries.append((label, words))
+
+    for binding in bindings:
+        if not offers(binding.action):
+            continue
+        add(key_label(binding), binding.action, binding.tooltip)
+        for ident, key, words, after in UNBOUND:
+            if after == binding.action:
+                add(key, ident, words)
+    rows: list[tuple[str, str]] = []
+    for label, words in entries:
+        first, *more = words.split("\n")
+        rows.append((label, first))
+        rows.extend(("", line) for line in more)
+    return rows
+
+
+def keys_table(rows: Iterable[tuple[str, str]]) -> Table:
     table = Table(box=None, padding=(0, 2), show_header=False)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
-    for key, what in KEYS:
+    for key, what in rows:
         table.add_row(key, what)
     return table
 
@@ -64,9 +92,13 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss", "close"),
     ]
 
+    def __init__(self, rows: list[tuple[str, str]], title: str = "backstep — keys") -> None:
+        super().__init__()
+        self.rows = rows
+        self.heading = title
+
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
-            yield Static("backstep — keys", id="help-title")
-            yield Static(keys_table())
+            yield Static(self.heading, id="help-title")
+            yield Static(keys_table(self.rows))
             yield Static("escape closes", classes="dim-hint")
-

@@ -8,13 +8,13 @@ of each log it may see, so making one costs O(1) even on a 10,000-node graph.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from backstep.tui.state.node_record import LazyRecord
-from backstep.tui.state.node_record import saved_infos as _saved
+from backstep.tui.state.node_record import LazyRecord, saved_infos
 from backstep.tui.state.pass_log import PassLog
 from backstep.tui.state.records import (
     SEVERITIES,
@@ -27,12 +27,12 @@ from backstep.tui.state.records import (
     SessionInfo,
     Stop,
     Waiting,
-    _int,
-    _mapping,
-    _str,
-    _summaries,
-    _tuple,
+    as_int,
+    as_mapping,
+    as_str,
+    as_tuple,
     number,
+    summaries_of,
     summary_of,
 )
 from backstep.tui.state.records import evolve as replace
@@ -44,11 +44,15 @@ from backstep.tui.text import region
 REVIEW_EVENTS = 20_000
 # what a handler returns when it changed the model and the snapshot is made later (``_settle``)
 _SETTLE_LATER = Snapshot()
+# what a handler raises on an event whose fields are not what it reads: an event the checks of
+# ``traces/schema.py`` let through (a peer's, a trace's) is ignored, not fatal to the UI
+MALFORMED = (TypeError, ValueError, KeyError, AttributeError)
+log = logging.getLogger(__name__)
 
 
 def _related(value: Any) -> tuple[Related, ...]:
     items = []
-    for raw in _tuple(value):
+    for raw in as_tuple(value):
         if not isinstance(raw, dict):
             continue
         file, line, code = raw.get("file"), raw.get("line"), raw.get("code")
@@ -64,7 +68,12 @@ def _related(value: Any) -> tuple[Related, ...]:
 class SessionModel:
     """Applies events in order; ``snapshot()`` returns the current immutable view."""
 
+    # True: an error in a handler raises (the tests set it, tests/conftest.py: a bug in a
+    # handler must not pass for a malformed event there); False: the event is ignored, counted
+    strict = False
+
     def __init__(self) -> None:
+        self.ignored = 0  # events a handler could not read (``MALFORMED``), ignored
         self._snap = Snapshot()
         self._diagnosed: set[tuple[str, int | None, Any]] = set()
         self._zeroed_counts: dict[str, int] = {}
@@ -102,8 +111,9 @@ class SessionModel:
         return self._snap.stop
 
     def apply(self, event: Mapping[str, Any], line: bytes | None = None) -> bool:
-        """Fold one event in; True if it changed what the UI shows. Never raises on bad input.
-        ``line``: the text it was read from, if ``reread`` can read it again."""
+        """Fold one event in; True if it changed what the UI shows. Never raises on bad input
+        (unless ``strict``). ``line``: the text it was read from, if ``reread`` can read it
+        again."""
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
         if handler is None:
@@ -112,8 +122,12 @@ class SessionModel:
             self._settle()  # every other event sees (and builds on) the nodes before it
         try:
             new = self._on_node(event, line) if kind == "node" else handler(event)
-        except (TypeError, ValueError, KeyError, AttributeError):
-            return False  # a malformed event: ignore it, keep the last good state
+        except MALFORMED as exc:
+            if self.strict:
+                raise
+            self.ignored += 1  # a malformed event: ignore it, keep the last good state
+            log.debug("a %r event could not be read: %r", kind, exc)
+            return False
         if new is None:
             return False
         if new is not _SETTLE_LATER:
@@ -134,7 +148,7 @@ class SessionModel:
         info = SessionInfo(
             version=ev.get("version") if isinstance(ev.get("version"), int) else None,
             torch=ev.get("torch") if isinstance(ev.get("torch"), str) else None,
-            argv=tuple(str(a) for a in _tuple(ev.get("argv"))),
+            argv=tuple(str(a) for a in as_tuple(ev.get("argv"))),
             pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
             eager=ev.get("eager") is True,
         )
@@ -176,7 +190,7 @@ class SessionModel:
         view = self._current_pass(ev)
         if view is None:
             return None
-        what = f"{_str(ev.get('what')) or 'edit'} at {_str(ev.get('name')) or '?'} #{ev.get('id')}"
+        what = f"{as_str(ev.get('what')) or 'edit'} at {as_str(ev.get('name')) or '?'} #{ev.get('id')}"
         return self._update(replace(view, edits=(*view.edits, what)))
 
     def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
@@ -277,7 +291,7 @@ class SessionModel:
         view = self._current_pass(ev)
         if view is None or view.ended:
             return None
-        skipped = frozenset(i for i in _tuple(ev.get("skipped")) if isinstance(i, int))
+        skipped = frozenset(i for i in as_tuple(ev.get("skipped")) if isinstance(i, int))
         ended = replace(
             view,
             ended=True,
@@ -330,12 +344,12 @@ class SessionModel:
             name=str(ev.get("name", "?")),
             reason=str(ev.get("reason", "step")),
             detail=str(ev["detail"]) if ev.get("detail") else None,
-            grad_outputs=_summaries(ev.get("grad_outputs")),
-            saved=_saved(ev.get("saved")),
+            grad_outputs=summaries_of(ev.get("grad_outputs")),
+            saved=saved_infos(ev.get("saved")),
             after=ev.get("after") is True,
-            stop=_int(ev.get("stop")),
-            thread=_str(ev.get("thread")),
-            device=_str(ev.get("device")),
+            stop=as_int(ev.get("stop")),
+            thread=as_str(ev.get("thread")),
+            device=as_str(ev.get("device")),
         )
         snap = replace(self._snap, stop=stop, running=False,
                        waiting=tuple(w for w in self._snap.waiting if w.stop != stop.stop
@@ -347,13 +361,13 @@ class SessionModel:
 
     def _on_waiting(self, ev: Mapping[str, Any]) -> Snapshot:
         items = []
-        for raw in _tuple(ev.get("stops")):
-            if not isinstance(raw, dict) or _int(raw.get("stop")) is None \
-                    or _int(raw.get("pass")) is None:
+        for raw in as_tuple(ev.get("stops")):
+            if not isinstance(raw, dict) or as_int(raw.get("stop")) is None \
+                    or as_int(raw.get("pass")) is None:
                 continue
-            items.append(Waiting(stop=raw["stop"], pass_=raw["pass"], step=_int(raw.get("step")),
-                                 id=_int(raw.get("id")), name=str(raw.get("name", "?")),
-                                 thread=_str(raw.get("thread")), device=_str(raw.get("device"))))
+            items.append(Waiting(stop=raw["stop"], pass_=raw["pass"], step=as_int(raw.get("step")),
+                                 id=as_int(raw.get("id")), name=str(raw.get("name", "?")),
+                                 thread=as_str(raw.get("thread")), device=as_str(raw.get("device"))))
         return self._with_live(replace(self._snap, waiting=tuple(items)))
 
     def _on_diagnosis(self, ev: Mapping[str, Any]) -> Snapshot | None:
@@ -364,7 +378,7 @@ class SessionModel:
             kind=str(ev.get("kind", "?")),
             message=str(ev.get("message", "")),
             node=ev.get("node") if isinstance(ev.get("node"), int) else None,
-            source=_mapping(ev.get("source")),
+            source=as_mapping(ev.get("source")),
             title=title if isinstance(title, str) else "",
             severity=severity if severity in SEVERITIES else "error",
             related=_related(ev.get("related")),

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from backstep.tui.state.node_line import saved_bytes
-from backstep.tui.state.records import NodeRecord, SavedInfo, Summary, _summaries, _tuple
+from backstep.tui.state.records import NodeRecord, SavedInfo, Summary, as_tuple, summaries_of
 from backstep.tui.text.format import scalar_text
 
 SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError)
@@ -29,7 +29,7 @@ def saved_infos(value: Any) -> tuple[SavedInfo, ...]:
     if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
         return value
     items = []
-    for raw in _tuple(value):
+    for raw in as_tuple(value):
         if not isinstance(raw, dict):
             continue
         version = raw.get("version") if isinstance(raw.get("version"), dict) else {}
@@ -95,7 +95,7 @@ class LazyRecord(NodeRecord):
     @cached_property
     def grad_outputs(self) -> tuple[Summary | None, ...]:  # type: ignore[override]
         try:
-            return _summaries(self._lists()[0])
+            return summaries_of(self._lists()[0])
         except SHAPE_ERRORS:  # what the schema check let through and still does not read
             return ()
 
@@ -103,7 +103,7 @@ class LazyRecord(NodeRecord):
     def grad_inputs(self) -> tuple[Summary | None, ...] | None:  # type: ignore[override]
         raw = self._lists()[1]
         try:
-            return _summaries(raw) if isinstance(raw, (list, tuple)) else None
+            return summaries_of(raw) if isinstance(raw, (list, tuple)) else None
         except SHAPE_ERRORS:
             return ()
 
@@ -127,4 +127,4 @@ class LazyRecord(NodeRecord):
 def _saved_bytes(saved: Any) -> int:
     if isinstance(saved, tuple):  # made already (a replay's)
         return sum(s.bytes for s in saved)
-    return sum(_bytes(item.get("bytes")) for item in _tuple(saved) if isinstance(item, dict))
+    return sum(_bytes(item.get("bytes")) for item in as_tuple(saved) if isinstance(item, dict))

@@ -36,11 +36,11 @@ def number(value: Any) -> float | None:
     return None
 
 
-def _tuple(value: Any) -> tuple[Any, ...]:
+def as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (list, tuple)) else ()
 
 
-def _mapping(value: Any) -> Summary | None:
+def as_mapping(value: Any) -> Summary | None:
     return MappingProxyType(dict(value)) if isinstance(value, dict) else None
 
 
@@ -76,10 +76,10 @@ def evolve(obj: T, /, **changes: Any) -> T:
     return new
 
 
-def _summaries(value: Any) -> tuple[Summary | None, ...]:
+def summaries_of(value: Any) -> tuple[Summary | None, ...]:
     if isinstance(value, tuple):  # made already (a replay makes a step's once for two events)
         return value
-    return tuple(summary_of(item) for item in _tuple(value))
+    return tuple(summary_of(item) for item in as_tuple(value))
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ class Graph:
         # pass change of a 2500-node graph builds this while the person waits for the key's
         # answer (the parsed event is let go: its source dicts are wrapped, not copied)
         make = tuple.__new__
-        raws = [raw for raw in _tuple(raw_nodes) if type(raw) is dict]
+        raws = [raw for raw in as_tuple(raw_nodes) if type(raw) is dict]
         lists = [raw.get("next") for raw in raws]
         # the next lists hold ids and nulls, as written: checked all at once, not node by node
         written = {*map(type, chain.from_iterable(
@@ -279,7 +279,7 @@ class Graph:
                 size if type(size) is int else None,
                 comm if type(comm) is str else None))
         reached = frozenset(chain.from_iterable(info.next for info in nodes.values()))
-        root_ids = tuple(r for r in _tuple(roots) if isinstance(r, int) and r in nodes)
+        root_ids = tuple(r for r in as_tuple(roots) if isinstance(r, int) and r in nodes)
         if not root_ids:
             root_ids = tuple(i for i in nodes if i not in reached)[:1] or tuple(nodes)[:1]
         return cls(nodes=MappingProxyType(nodes), order=tuple(nodes), roots=root_ids,
@@ -293,11 +293,11 @@ class Graph:
         return [n for n in info.next if n is not None and n in self.nodes]
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _str(value: Any) -> str | None:
+def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 

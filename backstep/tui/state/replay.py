@@ -21,8 +21,9 @@ from backstep.traces.index import TraceIndex
 from backstep.traces.passes import KIND_CODE, NODE_CODE
 from backstep.tui.state.carry import Carry, CarryLog
 from backstep.tui.state.graphlayout import layout_of
-from backstep.tui.state.model import SessionModel, _saved
-from backstep.tui.state.records import Graph, Stop, _summaries
+from backstep.tui.state.model import SessionModel
+from backstep.tui.state.node_record import saved_infos
+from backstep.tui.state.records import Graph, Stop, summaries_of
 from backstep.tui.state.snapshot import Snapshot
 
 BEGIN_CODE = KIND_CODE["pass_begin"]
@@ -129,8 +130,8 @@ class PassTimeline:
                 # made once for both events: the stop and the node's record share them
                 for key in ("grad_outputs", "grad_inputs"):
                     if isinstance(event.get(key), list):
-                        event[key] = _summaries(event[key])
-                event["saved"] = _saved(event.get("saved"))
+                        event[key] = summaries_of(event[key])
+                event["saved"] = saved_infos(event.get("saved"))
                 k = len(self._snaps)
                 self.model.apply(self._stop_event(k, event, "pass_start" if k == 0 else "step"))
                 self._snaps.append(self.model.snapshot())
@@ -153,8 +154,8 @@ class PassTimeline:
         event = self.step(k)
         stop = Stop(pass_=self.number, step=event.get("step") or k + 1, id=event["id"],
                     name=str(event.get("name")), reason=reason, detail=detail,
-                    grad_outputs=_summaries(event.get("grad_outputs")),
-                    saved=_saved(event.get("saved")), after=True, stop=-(k + 1),
+                    grad_outputs=summaries_of(event.get("grad_outputs")),
+                    saved=saved_infos(event.get("saved")), after=True, stop=-(k + 1),
                     thread=self.thread)
         return replace(snap, stop=stop, running=False)
 

@@ -1,0 +1,27 @@
+"""Fixtures every test module shares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from backstep.tui.state.model import SessionModel
+
+
+@pytest.fixture(autouse=True)
+def strict_model() -> Iterator[None]:
+    """An error in a state handler raises in tests (outside them, the event is ignored): a
+    bug there must not pass for a malformed event. A test of hostile input that the checks
+    let through asks for ``lenient_model``."""
+    SessionModel.strict = True
+    try:
+        yield
+    finally:
+        SessionModel.strict = False
+
+
+@pytest.fixture
+def lenient_model() -> None:
+    """As in real use: an event a handler cannot read is ignored and counted."""
+    SessionModel.strict = False
