@@ -21,8 +21,8 @@ from backstep.engine.recorder import JsonlRecorder, ListRecorder, emit_all
 from backstep.engine.rounding import _stat
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import SummaryBatch
+from backstep.events.form import compact_event, compact_saved, compact_summary, expand
 from backstep.protocol import encode
-from backstep.trace_form import compact_event, compact_saved, compact_summary, expand
 from tests.scenarios import SCENARIOS
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -163,7 +163,7 @@ def test_trace_lines_are_the_encoded_events() -> None:
     assert len(lines) == len(events)
     carried = encoded_here = 0
     for line, event in zip(lines, events, strict=True):
-        assert line == encode(compact_event(event))  # the file form (trace_form)
+        assert line == encode(compact_event(event))  # the file form (events.form)
         assert expand(json.loads(line)) == json.loads(encode(event))  # read back whole
         carried += type(event) is Encoded and event.text is not None
         encoded_here += (event["event"] == "node" and type(event) is Encoded

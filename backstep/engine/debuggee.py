@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backstep import protocol
+from backstep.events.commands import validate_command
 from backstep.process import transport
 
 T = TypeVar("T")
@@ -80,7 +81,7 @@ def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]],
     reply and the wait goes on: no message can crash the debuggee before the script runs."""
     for message in channel.incoming():
         try:
-            protocol.validate_command(message)
+            validate_command(message)
             if message["cmd"] != "start":
                 raise protocol.ProtocolError("waiting for 'start'")
             return make(message)

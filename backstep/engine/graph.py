@@ -156,7 +156,7 @@ class Graph:
                      tags: tuple[list[Any], list[Any]] | None = None,
                      ) -> tuple[list[dict[str, Any]], str]:
         """Every node as ``describe`` gives it, and the text of its ``"sources"`` and
-        ``"nodes"`` as a trace file writes them (``trace_form.compact_event``): each distinct
+        ``"nodes"`` as a trace file writes them (``events.form.compact_event``): each distinct
         source once, nodes naming theirs by index, null leaf, source and module left out.
         ``comms``: index -> where a node communicates (``sharded.comm_label``), as ``"comm"``.
         ``ids`` (default: the nodes' own) may be stand-ins that ``str`` writes into the text;

@@ -18,7 +18,7 @@ import torch
 
 from backstep.engine.summary.format import _dtype_name
 from backstep.engine.torch_api import saved_tensor_data
-from backstep.trace_form import compact_saved
+from backstep.events.form import compact_saved
 
 VERSIONS_KEY = "backstep.saved_versions"
 _RAW = "_raw_saved_"

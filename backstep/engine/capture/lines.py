@@ -1,6 +1,6 @@
 """The JSON text of a recorded pass's node and accumulate events, built from the texts their
 parts already carry (``encoded``): the summaries written by the summary batch, the saved-tensor
-lists by ``saved_record``. The text is exactly what encoding the event in its file form (``trace_form.compact_event``)
+lists by ``saved_record``. The text is exactly what encoding the event in its file form (``events.form.compact_event``)
 would give; where a part has no text, the event has none and the sink encodes the dict.
 """
 

@@ -280,7 +280,7 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
     dtype_name = _dtype_name(dtype)
     device_name = _device_name(device if device is not None else group[0].device)
     # the JSON text of a finite summary as a trace file writes it: json.dumps(d,
-    # separators=(",", ":")) of trace_form.compact_summary(d) (no "cpu" device, no nonfinite 0)
+    # separators=(",", ":")) of events.form.compact_summary(d) (no "cpu" device, no nonfinite 0)
     head: str | None = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
                         else f',"dtype":"{dtype_name}","device":"{device_name}",')
     if not (json_safe(dtype_name) and json_safe(device_name)):

@@ -37,7 +37,7 @@ def shape_text(size: torch.Size) -> str:
 def tail(low: float, high: float, mean: float, norm: float) -> str:
     """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
     (an f-string: ``str.format`` of the same text took 0.5 us more a summary); its
-    ``"nonfinite":0`` is left out, as trace files leave it (trace_form)."""
+    ``"nonfinite":0`` is left out, as trace files leave it (events.form)."""
     return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r}'
 
 

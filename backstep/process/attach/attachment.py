@@ -22,8 +22,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backstep import protocol
 from backstep.engine.torch_api import check_imported
+from backstep.events.breakpoints import parse_breakpoint, validate_breakpoints
 from backstep.process.attach import registry
 from backstep.process.attach.terminal import _UIAttachment
 
@@ -57,8 +57,8 @@ def attach(
     with registry.lock:
         if registry.current is not None and registry.current.active:
             return
-        parsed = [protocol.parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
-        protocol.validate_breakpoints(parsed)
+        parsed = [parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
+        validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
         listen = listen or os.environ.get("BACKSTEP_LISTEN") or None
         if trace:

@@ -61,7 +61,7 @@ _BYTES = re.compile(rb'"bytes":([0-9]+)')
 
 class NodeFields(dict):  # type: ignore[type-arg]
     """A node event as far as the model reads it at once: event, pass, step, id, name and
-    error (None), as the full decode and ``trace_form.expand`` give them, and ``saved_bytes``,
+    error (None), as the full decode and ``events.form.expand`` give them, and ``saved_bytes``,
     what its saved list's sizes sum to. Only ``read`` makes one (no JSON makes this type)."""
 
     __slots__ = ("saved_bytes",)
