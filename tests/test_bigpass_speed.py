@@ -190,8 +190,8 @@ def test_a_pass_begin_goes_out_as_its_listing_text_and_reads_back_whole() -> Non
     """The engine writes a pass_begin's text from its listing (sources once, defaults left out,
     as a trace file has it): the live stream sends that text, not ``json.dumps`` of the whole
     event again, and the reader gets every node back with its source."""
-    from backstep.engine.encoded import Encoded
     from backstep.events.form import compact_event
+    from backstep.events.text import Encoded
 
     begin = transformer_pass(40)
     for k, node in enumerate(begin["nodes"]):

@@ -15,13 +15,13 @@ from torch.utils.checkpoint import checkpoint
 
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
-from backstep.engine.encoded import Encoded
 from backstep.engine.graph import Graph
 from backstep.engine.recorder import JsonlRecorder, ListRecorder, emit_all
 from backstep.engine.rounding import _stat
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import SummaryBatch
 from backstep.events.form import compact_event, compact_saved, compact_summary, expand
+from backstep.events.text import Encoded
 from backstep.protocol import encode
 from tests.scenarios import SCENARIOS
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine.encoded import compact_json, str_text
+from backstep.events.text import compact_json, str_text
 
 ID_KEY = "backstep.id"
 SOURCE_KEY = "backstep.source"

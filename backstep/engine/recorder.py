@@ -8,8 +8,8 @@ import os
 import threading
 from typing import IO, Any, Protocol
 
-from backstep.engine.encoded import Encoded
 from backstep.events.form import compact_event, compact_saved, compact_summary
+from backstep.events.text import Encoded
 from backstep.protocol import encode
 
 _NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
@@ -43,7 +43,7 @@ class JsonlRecorder:
 
     Most of a trace is gradient summaries, and most summaries appear twice: as one node's
     ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
-    written from the text of each summary: the one it carries (``encoded``), else encoded once
+    written from the text of each summary: the one it carries (``events.text``), else encoded once
     while it is in use.
 
     A write that fails (a full disk, ``ulimit -f``) is never the script's problem: the first

@@ -36,11 +36,11 @@ from backstep.engine.capture.passes import (
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
-from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.torch_api import compile_tracing
+from backstep.events.text import Encoded, compact_json
 
 __all__ = ["Capture", "Pass", "gradient_trip"]
 

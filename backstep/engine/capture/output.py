@@ -7,7 +7,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from backstep.engine.capture.lines import accumulate_text, name_text, node_text
 from backstep.engine.capture.passes import (
     _ACCUMULATE,
     RETAINED_KEY,
@@ -16,11 +15,11 @@ from backstep.engine.capture.passes import (
     _Retained,
 )
 from backstep.engine.controller import Controller
-from backstep.engine.encoded import Encoded
 from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink, emit_all
 from backstep.engine.saved import has_saved, saved_status
 from backstep.engine.summary import SummaryBatch
+from backstep.events.text import Encoded, accumulate_text, name_text, node_text
 
 
 class Output:

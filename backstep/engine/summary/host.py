@@ -1,5 +1,5 @@
 """Summaries of a batch of host (CPU) tensors of one dtype: a few kernels and one read for them
-all, then each summary written as a dict and its JSON text (``encoded``) in one go.
+all, then each summary written as a dict and its JSON text (``events.text``) in one go.
 
 Per tensor: ``aminmax`` and ``sum``, and one ``_foreach_norm`` over the batch. These are the
 values traces have always carried: min and max (NaN and Inf propagate, so a finite pair means no
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
-from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
 from backstep.engine.summary.format import SMALL, _base, _device_name, _dtype_name, _values
 from backstep.engine.summary.scalars import MEAN_FORMAT as _MEAN_FORMAT
 from backstep.engine.summary.scalars import shape_text, write_scalars
 from backstep.engine.summary.scalars import tail as _tail
+from backstep.events.text import Encoded, json_safe
 
 _NORMS_AT_ONCE = 16
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from backstep.engine.encoded import Encoded, json_safe
 from backstep.engine.rounding import _DIGITS, _round, round_single
 from backstep.engine.summary.format import _device_name, _dtype_name
+from backstep.events.text import Encoded, json_safe
 
 MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
                torch.float64: "%.10g"}  # as _stat rounds
