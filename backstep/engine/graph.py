@@ -126,9 +126,6 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def is_leaf(self, i: int) -> bool:
-        return self.names[i] == "torch::autograd::AccumulateGrad"
-
     def describe(self, i: int, leaf_name: str | None) -> dict[str, Any]:
         """The node as ``pass_begin`` lists it."""
         metadata = self.nodes[i].metadata

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import sys
 from types import CodeType, FrameType
 from typing import Any
 
@@ -162,11 +161,3 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
             entry.source = result
     return result
 
-
-def caller_source(depth: int = 1) -> dict[str, Any] | None:
-    """Source dict of the first user frame above the caller (``depth`` frames up), or None."""
-    try:
-        frame = user_frame(sys._getframe(depth + 1))
-    except ValueError:
-        return None
-    return source_dict(frame) if frame is not None else None

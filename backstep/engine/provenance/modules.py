@@ -87,10 +87,6 @@ class ModuleTracker:
         if hooks is not None:
             provenance_calls.remove(*hooks)
 
-    def current_source(self, frame: FrameType | None) -> dict[str, Any] | None:
-        """Source dict of the first user frame at or above ``frame`` (an op's caller)."""
-        return find_source(frame, self._stack.entries)
-
     def entries(self) -> list[Any]:
         """This thread's running-module entries, innermost last."""
         return self._stack.entries
@@ -107,11 +103,6 @@ class ModuleTracker:
                 entry.frame = entry.table = entry.origin = None
         entries.clear()
         self._stack.region = None
-
-    def current_path(self) -> str | None:
-        """Dotted path of the innermost module whose forward runs on this thread, or None."""
-        entries = self._stack.entries
-        return entries[-1].path if entries else None
 
     def current(self) -> Any:
         """The innermost running-module entry of this thread (``path``, ``region``), or None."""
