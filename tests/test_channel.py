@@ -18,7 +18,7 @@ import pytest
 
 from backstep import protocol
 from backstep.engine.controller import Controller
-from backstep.engine.debuggee import _read_commands, _wait_for_start
+from backstep.engine.debuggee import _read_commands, wait_for_start
 from backstep.events.breakpoints import parse_breakpoint
 from backstep.events.commands import validate_command
 from backstep.process import transport
@@ -341,7 +341,7 @@ def test_a_bad_start_is_refused_and_the_wait_goes_on() -> None:
         {"cmd": "step"},
         {"cmd": "start", "breakpoints": [{"kind": "nonfinite"}], "stop_at_pass_start": False},
     ])
-    controller = _wait_for_start(channel, lambda start: Controller(  # type: ignore[arg-type]
+    controller = wait_for_start(channel, lambda start: Controller(  # type: ignore[arg-type]
         channel.send, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
     assert controller is not None and controller.breakpoints.nonfinite
     assert [e["event"] for e in channel.sent] == ["error"] * 3
@@ -455,7 +455,7 @@ def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: P
 
 
 def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> None:
-    from backstep.process.attach.terminal import _UIAttachment
+    from backstep.process.attach.terminal import UIAttachment
 
     class Channel(FakeChannel):
         closed = False
@@ -468,7 +468,7 @@ def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> 
             self.closed = True
 
     channel = Channel([])
-    attachment = _UIAttachment([], stop_at_pass_start=True, source=False)
+    attachment = UIAttachment([], stop_at_pass_start=True, source=False)
     attachment.channel = channel  # type: ignore[assignment]
     attachment.controller = controller = Controller(channel.send)
     with pytest.raises(RuntimeError):

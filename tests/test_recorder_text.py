@@ -17,7 +17,7 @@ from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.graph import Graph
 from backstep.engine.recorder import JsonlRecorder, ListRecorder, emit_all
-from backstep.engine.rounding import _stat
+from backstep.engine.rounding import stat_value
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import SummaryBatch
 from backstep.events.form import compact_event, compact_saved, compact_summary, expand
@@ -56,7 +56,7 @@ def test_summary_texts_are_their_json() -> None:
             assert text == _dumps(compact_summary(summary))  # as a trace file writes it
             assert summary["nonfinite"] == 0
             if t.dtype == torch.float32:
-                assert summary["mean"] == _stat(float(t.sum()) / t.numel(), t.dtype)
+                assert summary["mean"] == stat_value(float(t.sum()) / t.numel(), t.dtype)
         else:  # non-finite, or a norm or sum that overflows its dtype: per tensor, no text
             assert summary["nonfinite"] or not (math.isfinite(float(t.norm()))
                                                 and math.isfinite(float(t.sum())))

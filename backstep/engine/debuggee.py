@@ -75,7 +75,7 @@ class ChannelSink:
             self.outbox.drain()
 
 
-def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]], T]) -> T | None:
+def wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]], T]) -> T | None:
     """What ``make`` builds from the UI's ``start`` command (None if the UI left first).
     Anything else, or a ``start`` whose content ``make`` refuses for any reason, gets an error
     reply and the wait goes on: no message can crash the debuggee before the script runs."""
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sink = ChannelSink(channel, queued=True)  # the script never waits on the UI's reader
     sink.emit(session_event(["-m"] * args.module + [args.script, *args.args]))
-    controller = _wait_for_start(channel, lambda start: Controller(
+    controller = wait_for_start(channel, lambda start: Controller(
         sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
     if controller is None:
         return 1

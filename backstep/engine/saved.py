@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine.summary.format import _dtype_name
+from backstep.engine.summary.format import dtype_text
 from backstep.engine.torch_api import saved_tensor_data
 from backstep.events.form import compact_saved
 
@@ -89,7 +89,7 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
                 pass  # freed by an earlier pass without retain_graph
         return entry
     entry["shape"] = list(data.shape)
-    entry["dtype"] = _dtype_name(data.dtype)
+    entry["dtype"] = dtype_text(data.dtype)
     entry["bytes"] = data.numel() * data.element_size()
     now = data._version
     saved = recorded.get(name) if recorded else None

@@ -17,14 +17,14 @@ import torch
 
 from backstep.engine import device_checks
 from backstep.engine.capture.passes import (
-    _ACCUMULATE,
+    ACCUMULATE,
     BATCH_BYTES,
     BATCH_NODES,
     HELD_NODES,
     Pass,
-    _device,
-    _gradient_nodes,
-    _pre_hook,
+    gradient_nodes,
+    grads_device,
+    pre_hook,
 )
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
@@ -46,18 +46,18 @@ class Hooks:
         """Install the hook kinds the pass lacks on every node that has not run yet.
 
         A pass that only checks gradient breakpoints leaves pass-through nodes bare (see
-        ``_gradient_nodes``); once it records, every node that has not run gets its post-hook.
+        ``gradient_nodes``); once it records, every node that has not run gets its post-hook.
         """
         handles = p.handles
         nodes = p.graph.nodes
         ran = p.ran
         if post:
             if p.leaf is None:
-                p.leaf = [name == _ACCUMULATE for name in p.graph.names]
+                p.leaf = [name == ACCUMULATE for name in p.graph.names]
             hooked = p.post_on
             if hooked is None:
                 hooked = p.post_on = [False] * len(nodes)
-            wanted = None if p.record else _gradient_nodes(p)
+            wanted = None if p.record else gradient_nodes(p)
             if wanted is not None or not p.has_post or p.partial:
                 after = self._after
                 for i, node in enumerate(nodes):
@@ -71,7 +71,7 @@ class Hooks:
             before = self._before
             for i, node in enumerate(nodes):
                 if not ran[i]:
-                    handles.append(node.register_prehook(_pre_hook(p, i, before)))
+                    handles.append(node.register_prehook(pre_hook(p, i, before)))
 
     def _sync_ran(self, p: Pass, last: int | None, complete: bool = False) -> None:
         """Steps of a pass whose pass-through nodes ran without hooks, from the engine's order.
@@ -257,7 +257,7 @@ class Hooks:
             p.number, p.ran[i] if after else p.completed + 1, node_id,
             display_name(graph.names[i]), reason, detail, go_summaries, saved, after=after,
             grad_inputs=gi_summaries, thread=threading.current_thread().name,
-            device=_device(grad_outputs) or _device(grad_inputs or ()))
+            device=grads_device(grad_outputs) or grads_device(grad_inputs or ()))
         if self.sink is not None:
             self.sink.flush()
         try:

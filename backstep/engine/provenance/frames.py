@@ -94,7 +94,7 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
     return found
 
 
-_UNSET: Any = object()
+UNSET: Any = object()
 _CALL_IMPL, _CALL_WRAPPER = CALL_CODES  # a module call's frame: woven, or the wrapper's
 
 
@@ -149,7 +149,7 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
                     entry = entries[position]
                     break
             if entry is not None:
-                if entry.source is not _UNSET:
+                if entry.source is not UNSET:
                     result = entry.source
                     break
                 if pending is None:
