@@ -21,6 +21,16 @@ from typing import Any
 
 from backstep.protocol import ProtocolError, quote
 
+# Why the debuggee stopped (a ``stopped`` event's ``reason``), and how a person reads it.
+STOP_REASONS: dict[str, str] = {
+    "pass_start": "start of pass",
+    "step": "step",
+    "breakpoint": "breakpoint",  # a node, module or leaf breakpoint (``match_node``)
+    "interrupt": "interrupted",
+    "nonfinite": "non-finite gradient",
+    "norm": "gradient norm",
+}
+
 # Breakpoint kinds and the one field each takes.
 KINDS: dict[str, str | None] = {
     "node": "pattern",  # glob on the node name: "MulBackward*"

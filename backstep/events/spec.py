@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from backstep.events.breakpoints import STOP_REASONS
 from backstep.events.types import (
     BOOL_OR_NULL,
     INT,
@@ -266,7 +267,7 @@ EVENTS: dict[str, Event] = {
     "stopped": Event("the debuggee paused at a node and waits for a command", {
         "pass": F(INT, "its pass"), "step": F(INT_OR_NULL, "the node's step"),
         "id": F(INT, "the node"), "name": F(STR_OR_NULL, "its name"),
-        "reason": F(STR_OR_NULL, "pass_start, step, breakpoint, interrupt, nonfinite or norm"),
+        "reason": F(STR_OR_NULL, ", ".join(STOP_REASONS) + " (events/breakpoints.py)"),
         "detail": F(STR_OR_NULL, "which breakpoint, in words"),
         "after": F(BOOL_OR_NULL, "paused just after the node ran (a gradient breakpoint)"),
         "grad_outputs": F(SUMMARIES, "the gradients it received"),
