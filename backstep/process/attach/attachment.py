@@ -10,7 +10,7 @@ on undisturbed. With no terminal, ``attach`` says so in one line and lets the sc
 
 Which attachment arms: ``trace.py`` records a trace, ``remote.py`` waits for ``backstep connect``,
 ``served.py`` serves the UI to a browser (a notebook), ``terminal.py`` opens it on this terminal;
-each is a ``base._Attachment``, and ``registry.py`` holds the one this process has. Nothing here
+each is a ``base.Attachment``, and ``registry.py`` holds the one this process has. Nothing here
 imports torch until a UI or a trace is actually armed.
 """
 
