@@ -28,13 +28,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in (only,) if only in SUBCOMMANDS else SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"backstep.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"backstep.commands.{name}":
-                raise
-            continue  # a subcommand not built into this copy
-        module.add_parser(sub)
+        importlib.import_module(f"backstep.commands.{name}").add_parser(sub)
     return parser
 
 

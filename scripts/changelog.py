@@ -74,9 +74,11 @@ def main(ref: str = "main") -> None:
             merges[issue].append(short(subject))
             by_issue[issue].extend(rows)
     out = ["# Changelog", "",
-           "From `git log`, grouped by issue: the commits each issue's branches brought to main,",
-           "newest issue first, then what was committed on main itself, by day. Regenerate with",
-           "`python scripts/changelog.py`.", ""]
+           "How backstep's performance came to be what docs/performance.md states (written by",
+           "hand, kept as is), then, from `git log`, grouped by issue: the commits each issue's",
+           "branches brought to main, newest issue first, then what was committed on main",
+           "itself, by day. Regenerate with `python scripts/changelog.py`.", ""]
+    out += [_written_by_hand()]
     for issue in sorted(by_issue, reverse=True):
         title = TITLES.get(issue)
         out += [f"## Issue {issue}" + (f": {title}" if title else ""), ""]
@@ -89,6 +91,17 @@ def main(ref: str = "main") -> None:
     for day in sorted(by_day, reverse=True):
         out += [f"### {day}", ""] + [f"- {r}" for r in reversed(by_day[day])] + [""]
     Path("docs/CHANGELOG.md").write_text("\n".join(out).rstrip() + "\n")
+
+
+def _written_by_hand() -> str:
+    """The hand-written part of the current changelog (its performance history), kept."""
+    path = Path("docs/CHANGELOG.md")
+    text = path.read_text() if path.exists() else ""
+    start, end = text.find(HAND_WRITTEN), text.find("\n## Issue ")
+    return text[start:end].rstrip() + "\n" if start >= 0 and end > start else ""
+
+
+HAND_WRITTEN = "## Performance over time"
 
 
 if __name__ == "__main__":

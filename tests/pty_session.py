@@ -19,8 +19,6 @@ import pytest
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="needs a pty"),
-    pytest.mark.skipif(importlib.util.find_spec("backstep.engine.debuggee") is None,
-                       reason="the debuggee is not built in this copy"),
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
 ]
 

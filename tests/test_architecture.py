@@ -1,6 +1,6 @@
 """The layering rules, checked on the source: the engine never imports textual, the UI never
-imports torch, the UI's state is plain Python, the wire protocol is stdlib only, backstep's modules
-import no circle, and no module is over 400 lines.
+imports torch, the UI's state is plain Python, the wire protocol and the event format
+(``backstep/events/``) are stdlib only, and backstep's modules import no circle.
 
 Imports are read with ``ast``, so nothing is imported to check them. The library rules count
 every import, those inside functions too (a lazy import still loads the library). The circle
@@ -77,9 +77,9 @@ def _roots(module: str) -> set[str]:
 
 def test_the_checker_sees_imports() -> None:
     """Guards the rules below against passing on an empty reading."""
-    assert {"backstep.protocol", "backstep.engine.capture", "backstep.tui.live_app"} <= set(MODULES)
+    assert {"backstep.protocol", "backstep.engine.capture", "backstep.tui.app"} <= set(MODULES)
     assert ("torch", True) in imports("backstep.engine.capture")
-    assert "textual" in _roots("backstep.tui.live_app")
+    assert "textual" in _roots("backstep.tui.app")
 
 
 def test_engine_never_imports_textual() -> None:
@@ -96,6 +96,20 @@ def test_protocol_and_safe_text_are_stdlib_only() -> None:
     for shared in ("backstep.protocol", "backstep.safe_text"):  # both sides import them
         outside = _roots(shared) - set(sys.stdlib_module_names) - {"__future__"}
         assert not outside, shared
+
+
+def test_events_are_stdlib_only() -> None:
+    """``backstep/events/`` states the event format and the stop rules for the engine, the trace
+    readers and the UI alike: it imports the standard library, itself and the line framing
+    (``protocol``), nothing else of backstep."""
+    events = [m for m in MODULES if m == "backstep.events" or m.startswith("backstep.events.")]
+    assert "backstep.events.spec" in events
+    for module in events:
+        outside = _roots(module) - set(sys.stdlib_module_names) - {"__future__", "backstep"}
+        assert not outside, module
+        ours = {name for name, _ in imports(module, type_checking=True)
+                if name.startswith("backstep")}
+        assert ours <= {"backstep.protocol", *events}, (module, ours)
 
 
 def test_tui_state_never_imports_textual() -> None:
@@ -156,12 +170,3 @@ def test_no_import_circles() -> None:
     found = circles(import_edges())
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
-
-MAX_LINES = 400
-
-
-def test_no_module_over_400_lines() -> None:
-    """One job per module: a module past this is split, not grown."""
-    long = {m: n for m, path in MODULES.items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert not long, long

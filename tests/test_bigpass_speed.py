@@ -17,8 +17,8 @@ from typing import Any
 from backstep import protocol
 from backstep.engine.debuggee import ChannelSink
 from backstep.engine.recorder import emit_all
+from backstep.events.form import expand
 from backstep.process.channel import Channel
-from backstep.trace_form import expand
 from backstep.tui.messages import SnapshotReady
 from backstep.tui.runtime import reader as reader_module
 from backstep.tui.runtime.reader import Reader
@@ -164,7 +164,7 @@ def test_the_batch_arrives_over_a_socket_as_separate_messages() -> None:
 
 
 def test_the_reader_puts_back_what_a_batch_leaves_out() -> None:
-    """A batch is written as a trace file has it (defaults left out, ``trace_form``): the
+    """A batch is written as a trace file has it (defaults left out, ``events.form``): the
     reader gives the panels whole events, a saved tensor's status and a summary's device
     included (a node event read short, ``node_line``, when its record reads its line)."""
     a, b = socket.socketpair()
@@ -190,8 +190,8 @@ def test_a_pass_begin_goes_out_as_its_listing_text_and_reads_back_whole() -> Non
     """The engine writes a pass_begin's text from its listing (sources once, defaults left out,
     as a trace file has it): the live stream sends that text, not ``json.dumps`` of the whole
     event again, and the reader gets every node back with its source."""
-    from backstep.engine.encoded import Encoded
-    from backstep.trace_form import compact_event
+    from backstep.events.form import compact_event
+    from backstep.events.text import Encoded
 
     begin = transformer_pass(40)
     for k, node in enumerate(begin["nodes"]):

@@ -18,7 +18,9 @@ import pytest
 
 from backstep import protocol
 from backstep.engine.controller import Controller
-from backstep.engine.debuggee import _read_commands, _wait_for_start
+from backstep.engine.debuggee import _read_commands, wait_for_start
+from backstep.events.breakpoints import parse_breakpoint
+from backstep.events.commands import validate_command
 from backstep.process import transport
 from backstep.process.launcher import Debuggee
 
@@ -271,7 +273,7 @@ HOSTILE = [
 @pytest.mark.parametrize("message", HOSTILE, ids=range(len(HOSTILE)))
 def test_validation_only_ever_raises_protocol_error(message: dict[str, Any]) -> None:
     with pytest.raises(protocol.ProtocolError) as info:
-        protocol.validate_command(message)
+        validate_command(message)
     assert len(str(info.value)) <= protocol.MAX_ERROR_TEXT
 
 
@@ -296,7 +298,7 @@ def test_error_text_is_short_whatever_it_quotes() -> None:
     assert len(protocol.quote(deep)) <= 100
     assert len(protocol.quote({"k" * 10**6: "v" * 10**6})) <= 100
     with pytest.raises(protocol.ProtocolError, match="finite"):
-        protocol.parse_breakpoint("norm:inf")
+        parse_breakpoint("norm:inf")
 
 
 def test_a_huge_line_gets_a_short_reply_and_a_command_line_is_capped(tmp_path: Path) -> None:
@@ -339,7 +341,7 @@ def test_a_bad_start_is_refused_and_the_wait_goes_on() -> None:
         {"cmd": "step"},
         {"cmd": "start", "breakpoints": [{"kind": "nonfinite"}], "stop_at_pass_start": False},
     ])
-    controller = _wait_for_start(channel, lambda start: Controller(  # type: ignore[arg-type]
+    controller = wait_for_start(channel, lambda start: Controller(  # type: ignore[arg-type]
         channel.send, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
     assert controller is not None and controller.breakpoints.nonfinite
     assert [e["event"] for e in channel.sent] == ["error"] * 3
@@ -453,7 +455,7 @@ def test_a_long_tmpdir_still_gets_a_socket_and_leaves_nothing_behind(tmp_path: P
 
 
 def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> None:
-    from backstep.process.attach.terminal import _UIAttachment
+    from backstep.process.attach.terminal import UIAttachment
 
     class Channel(FakeChannel):
         closed = False
@@ -466,7 +468,7 @@ def test_attachs_command_loop_answers_hostile_commands_and_always_restores() -> 
             self.closed = True
 
     channel = Channel([])
-    attachment = _UIAttachment([], stop_at_pass_start=True, source=False)
+    attachment = UIAttachment([], stop_at_pass_start=True, source=False)
     attachment.channel = channel  # type: ignore[assignment]
     attachment.controller = controller = Controller(channel.send)
     with pytest.raises(RuntimeError):

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from backstep import protocol
+from backstep.events.breakpoints import KINDS as BREAKPOINT_KINDS
+from backstep.events.commands import COMMANDS
 from backstep.process import transport
 from backstep.process.launcher import Debuggee, debuggee_command
 
@@ -41,7 +43,7 @@ SCRIPT = textwrap.dedent("""\
 
 # Commands that would legitimately end the pause or the pass: they only ever appear mangled.
 RESUMING = ("step", "continue", "finish", "abort", "detach")
-HARMLESS = sorted(protocol.COMMANDS - set(RESUMING))
+HARMLESS = sorted(COMMANDS - set(RESUMING))
 
 
 def junk(rng: random.Random, depth: int = 0) -> Any:
@@ -63,7 +65,7 @@ def junk(rng: random.Random, depth: int = 0) -> Any:
     if kind == 6:
         return rng.choice([[], {}])
     if kind == 7:
-        return rng.choice([*protocol.BREAKPOINT_FIELDS, "launch"])
+        return rng.choice([*BREAKPOINT_KINDS, "launch"])
     if kind < 10:
         return [junk(rng, depth + 1) for _ in range(rng.randrange(4))]
     return {rng.choice(["kind", "pattern", "name", "above", "req", "cmd", "x"]):
@@ -73,7 +75,7 @@ def junk(rng: random.Random, depth: int = 0) -> Any:
 def breakpoint_like(rng: random.Random) -> Any:
     if rng.random() < 0.3:
         return junk(rng)
-    kind = rng.choice([*protocol.BREAKPOINT_FIELDS, "nope", None, []])
+    kind = rng.choice([*BREAKPOINT_KINDS, "nope", None, []])
     bp: dict[str, Any] = {"kind": kind}
     for key in ("pattern", "name", "above"):
         if rng.random() < 0.5:

@@ -16,7 +16,7 @@ import torch
 
 from backstep.engine.compiled import region
 from backstep.engine.compiled.artifacts import CompileLog, parse_sources
-from backstep.traces.schema import check
+from backstep.events.spec import check
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
 

@@ -17,7 +17,7 @@ from backstep import protocol
 from backstep.engine.capture import Capture
 from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
-from backstep.traces.schema import check
+from backstep.events.spec import check
 from tests.scenarios import SCENARIOS
 from tests.test_engine_fidelity import _outcome, assert_same, captured
 

@@ -24,7 +24,7 @@ import pytest
 from backstep.commands import demo as demo_command
 from backstep.demo import catalog as demos
 from backstep.demo import narration
-from backstep.trace_form import expand
+from backstep.events.form import expand
 
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = demos.all_demos(REPO / "demos")

@@ -147,7 +147,7 @@ def test_large_tensors_are_reduced_on_the_device_not_chunk_by_chunk(
     (out,) = batch_summaries([big])
     assert transfers.count() - before == 1
     assert out is not None and out["nonfinite"] == 0
-    assert out["max"] == rounding._stat(float(big.max()), big.dtype)
+    assert out["max"] == rounding.stat_value(float(big.max()), big.dtype)
 
 
 def chain(n: int) -> torch.Tensor:
@@ -313,7 +313,7 @@ def test_careful_path_reads_a_transposed_tensor_in_few_chunks(
     reads: list[object] = []
     read = careful.transfers.read
     monkeypatch.setattr(careful.transfers, "read", lambda v: (reads.append(v), read(v))[1])
-    whole = careful._careful(values.t().contiguous())
-    strided = careful._careful(values.t())
+    whole = careful.careful_summary(values.t().contiguous())
+    strided = careful.careful_summary(values.t())
     assert strided == whole
     assert len(reads) <= 2 * 5 * 60 + 10, f"{len(reads)} reads: chunked row by row"

@@ -30,7 +30,7 @@ from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.diagnostics.rules import MAX_FREED, EventRules
 from backstep.engine.provenance import Provenance
 from backstep.engine.recorder import ListRecorder
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from tests.torch_features import needs_saved_data
 
 PITFALLS = Path(__file__).parent / "pitfalls"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from backstep.engine.encoded import Encoded, compact_json
+from backstep.events.text import Encoded, compact_json
 
 
 def _dumps(value: Any) -> str:

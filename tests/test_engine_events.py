@@ -323,7 +323,7 @@ def test_module_breakpoint_stops_only_inside_the_named_modules() -> None:
     """``backstep run --break 'model.encoder.*'``: the paths come from forward provenance,
     including those inside torch's own modules (named lazily, when the pass asks)."""
     from backstep.engine.provenance import Provenance, annotate
-    from backstep.protocol import parse_breakpoint
+    from backstep.events.breakpoints import parse_breakpoint
 
     torch.manual_seed(0)
     model = TwoPart()

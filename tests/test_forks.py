@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from tests.pty_session import Pty, alive
 from tests.test_trace_cli import ENV, compare, kinds
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from backstep.cli import main
+from backstep.events.form import expand
 from backstep.process.launcher import debuggee_command
-from backstep.trace_form import expand
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
 from backstep.tui.runtime.live_link import LiveLink

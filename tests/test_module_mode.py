@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from tests.pty_session import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
 from tests.test_trace_cli import ENV
 

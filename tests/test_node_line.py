@@ -14,9 +14,9 @@ import pytest
 
 from backstep import protocol
 from backstep.engine.recorder import JsonlRecorder
+from backstep.events.form import expand
+from backstep.events.spec import check
 from backstep.process.channel import Channel
-from backstep.trace_form import expand
-from backstep.traces.schema import check
 from backstep.tui.runtime.reader import Reader
 from backstep.tui.state import node_line
 from backstep.tui.state.node_record import _saved_bytes

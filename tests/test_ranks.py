@@ -16,8 +16,8 @@ import pytest
 
 from backstep.commands.other_ranks import interpreter_options
 from backstep.engine.process_group import GroupNotice
+from backstep.events.form import expand
 from backstep.process import ranks
-from backstep.trace_form import expand
 from backstep.tui.panels.status import status_text
 from backstep.tui.state.model import SessionModel
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from tests.test_ranks_torchrun import ENV, EXIT_ABORT, TORCHRUN, free_port
 
 pytestmark = [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from tests.pty_session import Pty, alive, children_of
 
 pytestmark = [

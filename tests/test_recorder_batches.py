@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.recorder import JsonlRecorder
+from backstep.events.text import Encoded, compact_json
 
 
 def _encoded(event: dict[str, Any], text: str | None = "") -> Encoded:

@@ -15,14 +15,14 @@ from torch.utils.checkpoint import checkpoint
 
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
-from backstep.engine.encoded import Encoded
 from backstep.engine.graph import Graph
 from backstep.engine.recorder import JsonlRecorder, ListRecorder, emit_all
-from backstep.engine.rounding import _stat
+from backstep.engine.rounding import stat_value
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.summary import SummaryBatch
+from backstep.events.form import compact_event, compact_saved, compact_summary, expand
+from backstep.events.text import Encoded
 from backstep.protocol import encode
-from backstep.trace_form import compact_event, compact_saved, compact_summary, expand
 from tests.scenarios import SCENARIOS
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -56,7 +56,7 @@ def test_summary_texts_are_their_json() -> None:
             assert text == _dumps(compact_summary(summary))  # as a trace file writes it
             assert summary["nonfinite"] == 0
             if t.dtype == torch.float32:
-                assert summary["mean"] == _stat(float(t.sum()) / t.numel(), t.dtype)
+                assert summary["mean"] == stat_value(float(t.sum()) / t.numel(), t.dtype)
         else:  # non-finite, or a norm or sum that overflows its dtype: per tensor, no text
             assert summary["nonfinite"] or not (math.isfinite(float(t.norm()))
                                                 and math.isfinite(float(t.sum())))
@@ -163,7 +163,7 @@ def test_trace_lines_are_the_encoded_events() -> None:
     assert len(lines) == len(events)
     carried = encoded_here = 0
     for line, event in zip(lines, events, strict=True):
-        assert line == encode(compact_event(event))  # the file form (trace_form)
+        assert line == encode(compact_event(event))  # the file form (events.form)
         assert expand(json.loads(line)) == json.loads(encode(event))  # read back whole
         carried += type(event) is Encoded and event.text is not None
         encoded_here += (event["event"] == "node" and type(event) is Encoded

@@ -124,7 +124,7 @@ def test_the_tensor_view_pages_through_the_local_shard(mesh: Any) -> None:
 
 
 def test_sharded_fields_pass_the_schema_and_bad_ones_are_named() -> None:
-    from backstep.traces.schema import check
+    from backstep.events.spec import check
 
     summary = {"shape": [2, 4], "dtype": "float32",
                "shard": {"placements": ["Shard(0)"], "global_shape": [4, 4]}}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from backstep.engine.rounding import _round_digits, _stat
+from backstep.engine.rounding import round_digits, stat_value
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.summary import host as summary_host
 
@@ -98,15 +98,15 @@ def test_few_blocks_read_as_lists_equal_the_kernels(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize(("digits", "dtype"), [(8, torch.float32), (5, torch.float16)])
 def test_rounding_in_python_equals_the_kernels(digits: int, dtype: torch.dtype) -> None:
-    """What ``_blocks`` shows either way: ``_round_digits``, with ``_stat`` where it gave NaN
+    """What ``_blocks`` shows either way: ``round_digits``, with ``stat_value`` where it gave NaN
     (a power of ten it cannot make exactly), NaN where the value is not finite."""
     torch.manual_seed(0)
     values = torch.cat([torch.tensor(SPECIALS, dtype=torch.float64),
                         torch.randn(200, dtype=torch.float64) * 10.0 ** torch.randint(-40, 40, (200,)),
                         torch.tensor([1e-300, 5e-324, 1.7e308, 123456789.5, 0.1 + 0.2])])
     raw = values.reshape(1, -1).expand(4, -1)
-    rounded = _round_digits(raw, digits).tolist()[:3]
-    expected = [[x if x == x else (_stat(v, dtype) if math.isfinite(v) else math.nan)
+    rounded = round_digits(raw, digits).tolist()[:3]
+    expected = [[x if x == x else (stat_value(v, dtype) if math.isfinite(v) else math.nan)
                  for x, v in zip(row, values.tolist(), strict=True)] for row in rounded]
     got = summary_host._rounded(raw.tolist(), digits)
     for row_got, row_expected in zip(got, expected, strict=True):
@@ -203,7 +203,7 @@ def test_written_scalars_leave_the_rest_as_if_added_alone(dtype: torch.dtype) ->
 
 
 def _round_float32_as_it_was(x: float) -> float | str:
-    """``rounding._round`` for float32 before issue 28's faster form, kept as the reference."""
+    """``rounding.round_for_dtype`` for float32 before issue 28's faster form, kept as the reference."""
     import struct
 
     from backstep.protocol import clean_number
@@ -224,7 +224,7 @@ def test_float32_values_round_exactly_as_before() -> None:
     number as the formula it replaced, bit for bit, for random bit patterns (every exponent),
     powers of two, subnormals, the extremes, zeros of both signs and float64 values that are
     no float32."""
-    from backstep.engine.rounding import _round, round_single
+    from backstep.engine.rounding import round_for_dtype, round_single
 
     gen = torch.Generator().manual_seed(3)
     bits = torch.randint(-(2**31), 2**31, (60_000,), generator=gen, dtype=torch.int64)
@@ -236,9 +236,9 @@ def test_float32_values_round_exactly_as_before() -> None:
     values += [math.inf, -math.inf, math.nan]
     for x in values:
         want = _round_float32_as_it_was(x)
-        got = _round(x, torch.float32)
+        got = round_for_dtype(x, torch.float32)
         assert repr(got) == repr(want), x
-        assert repr(_round(x, torch.complex64)) == repr(want), x
+        assert repr(round_for_dtype(x, torch.complex64)) == repr(want), x
         if math.isfinite(x):
             assert repr(round_single(x)) == repr(want), x
             assert repr(round_single(x, float(format(x, ".8g")))) == repr(want), x

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning"}
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from backstep.cli import main
+from backstep.events.spec import check
 from backstep.traces.index import TraceIndex
-from backstep.traces.schema import check
 from tests.tui_fixtures import replay_app
 from tests.tui_pilot import pilot
 

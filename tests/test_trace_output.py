@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from backstep.traces.index import TraceIndex
 from backstep.traces.output import Tee, _Budget, recording
 from backstep.tui.app import BackstepApp

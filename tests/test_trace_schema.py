@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
+from backstep.events.spec import check
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import MalformedEvent
-from backstep.traces.schema import check
 from backstep.tui.messages import ServerError, SnapshotReady
 from backstep.tui.runtime.reader import Reader
 from tests.replay_traces import record

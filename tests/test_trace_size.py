@@ -15,8 +15,8 @@ from backstep.engine.capture import Capture
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import JsonlRecorder, ListRecorder
 from backstep.engine.session import session_event
+from backstep.events.form import compact_event, expand
 from backstep.protocol import encode
-from backstep.trace_form import compact_event, expand
 from backstep.traces.diff import Tolerance, diff
 from backstep.traces.index import TraceIndex
 

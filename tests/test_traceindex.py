@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backstep.trace_form import expand
+from backstep.events.form import expand
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import TraceError
 from tests.replay_traces import EVERYTHING, record

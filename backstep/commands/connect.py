@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from backstep import protocol
+from backstep.events.breakpoints import parse_breakpoint, validate_breakpoints
 
 if TYPE_CHECKING:
     from backstep.process.channel import Channel
@@ -122,8 +123,8 @@ def main(args: argparse.Namespace) -> int:
     from backstep.process import auth, remote
 
     try:
-        breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
-        breakpoints += protocol.validate_breakpoints(json.loads(args.breakpoints_json))
+        breakpoints = [parse_breakpoint(spec) for spec in args.breakpoints]
+        breakpoints += validate_breakpoints(json.loads(args.breakpoints_json))
         address = remote.parse_address(args.address)
     except (protocol.ProtocolError, ValueError) as exc:  # JSONDecodeError is a ValueError
         print(f"backstep connect: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """``backstep diff A.jsonl B.jsonl``: where two recorded runs' gradients part ways.
 
 Exit code 0 when they agree, 1 when they differ, 2 when either file cannot be read, holds an
-event whose fields are not of their types (``traces/schema``), or the tolerances are not ones:
+event whose fields are not of their types (``events/spec``), or the tolerances are not ones:
 usable in CI to guard a custom backward against its reference (a crash never reads as 1).
 """
 

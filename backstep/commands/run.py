@@ -14,6 +14,7 @@ from typing import Any
 
 from backstep import protocol
 from backstep.commands import add_script_arguments, other_ranks, serving, torch_problem
+from backstep.events.breakpoints import parse_breakpoint
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
+        breakpoints = [parse_breakpoint(spec) for spec in args.breakpoints]
     except protocol.ProtocolError as exc:
         print(f"backstep run: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ import contextlib
 from backstep import protocol
 from backstep.commands import serving
 from backstep.commands.diff import add_tolerance_arguments, tolerance_problem
+from backstep.events.breakpoints import parse_breakpoint
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from backstep.traces.passes import TraceError
 
     try:
-        breakpoints = [protocol.parse_breakpoint(spec) for spec in args.breakpoints]
+        breakpoints = [parse_breakpoint(spec) for spec in args.breakpoints]
     except protocol.ProtocolError as exc:
         say("show", str(exc))
         return 2

@@ -10,7 +10,6 @@ ends and no later pass stops: a debugger that lost its UI must never hang the sc
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import queue
 import threading
@@ -19,65 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backstep import protocol
+from backstep.events.breakpoints import Breakpoints
+from backstep.events.commands import validate_command
 
 _CLOSED = {"cmd": "__closed__"}
-TENSOR_LIMIT = 10_000
 
 
 class BackstepAbort(RuntimeError):
     """Raised out of ``backward()`` when the person aborts the pass from the debugger."""
-
-
-@dataclass
-class Breakpoints:
-    """A breakpoint list compiled for quick checks in hooks."""
-
-    node_globs: list[str] = field(default_factory=list)
-    module_globs: list[str] = field(default_factory=list)
-    leaf_names: set[str] = field(default_factory=set)
-    nonfinite: bool = False
-    norm_above: float | None = None
-
-    @classmethod
-    def from_list(cls, items: list[dict[str, Any]]) -> Breakpoints:
-        bp = cls()
-        for item in protocol.validate_breakpoints(list(items)):
-            kind = item["kind"]
-            if kind == "node":
-                bp.node_globs.append(item["pattern"])
-            elif kind == "module":
-                bp.module_globs.append(item["pattern"])
-            elif kind == "leaf":
-                bp.leaf_names.add(item["name"])
-            elif kind == "nonfinite":
-                bp.nonfinite = True
-            elif kind == "norm":
-                above = float(item["above"])
-                bp.norm_above = above if bp.norm_above is None else min(bp.norm_above, above)
-        return bp
-
-    @property
-    def static(self) -> bool:
-        """Breakpoints decided from the node alone, before it runs."""
-        return bool(self.node_globs or self.module_globs or self.leaf_names)
-
-    @property
-    def on_gradients(self) -> bool:
-        """Breakpoints decided from a node's outgoing gradients, after it runs."""
-        return self.nonfinite or self.norm_above is not None
-
-    def match_node(self, name: str, module: str | None, leaf: str | None) -> str | None:
-        """Why this node is a breakpoint, or None."""
-        for pattern in self.node_globs:
-            if fnmatch.fnmatchcase(name, pattern):
-                return f"node {pattern}"
-        if module is not None:
-            for pattern in self.module_globs:
-                if fnmatch.fnmatchcase(module, pattern) or module == pattern:
-                    return f"module {pattern}"
-        if leaf is not None and leaf in self.leaf_names:
-            return f"leaf {leaf}"
-        return None
 
 
 @dataclass
@@ -162,7 +110,7 @@ class Controller:
                 pass
 
     def _handle(self, message: dict[str, Any]) -> None:
-        protocol.validate_command(message)
+        validate_command(message)
         cmd = message["cmd"]
         if cmd == "break":
             self.breakpoints = Breakpoints.from_list(message.get("breakpoints", []))

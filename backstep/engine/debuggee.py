@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backstep import protocol
+from backstep.events.commands import validate_command
 from backstep.process import transport
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ class ChannelSink:
     A recorded pass hands its node events over a few hundred at a time (``emit_many``): they
     are encoded as ``backstep trace`` writes them (each gradient summary's text once) and sent
     in one write, not one ``json.dumps`` and one ``sendall`` per node; single events are written
-    by the same recorder, in the same form (``trace_form``). ``queued``: they leave
+    by the same recorder, in the same form (``events/form``). ``queued``: they leave
     through an ``Outbox`` thread, and ``flush`` waits until they are out.
     """
 
@@ -74,13 +75,13 @@ class ChannelSink:
             self.outbox.drain()
 
 
-def _wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]], T]) -> T | None:
+def wait_for_start(channel: transport.Channel, make: Callable[[dict[str, Any]], T]) -> T | None:
     """What ``make`` builds from the UI's ``start`` command (None if the UI left first).
     Anything else, or a ``start`` whose content ``make`` refuses for any reason, gets an error
     reply and the wait goes on: no message can crash the debuggee before the script runs."""
     for message in channel.incoming():
         try:
-            protocol.validate_command(message)
+            validate_command(message)
             if message["cmd"] != "start":
                 raise protocol.ProtocolError("waiting for 'start'")
             return make(message)
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sink = ChannelSink(channel, queued=True)  # the script never waits on the UI's reader
     sink.emit(session_event(["-m"] * args.module + [args.script, *args.args]))
-    controller = _wait_for_start(channel, lambda start: Controller(
+    controller = wait_for_start(channel, lambda start: Controller(
         sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
     if controller is None:
         return 1

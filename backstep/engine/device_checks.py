@@ -25,6 +25,7 @@ import torch
 from backstep.engine import transfers
 from backstep.engine.sharded import as_local
 from backstep.engine.summary.device import count_nonfinite
+from backstep.events.breakpoints import nonfinite_detail, norm_detail
 
 FORCE = False  # check CPU tensors the deferred way (tests)
 EVENT: Any = None  # a factory for events (tests); None: torch.cuda.Event, or ready at once on CPU
@@ -160,18 +161,10 @@ def _evaluate(bp: Any, check: _Check) -> Trip | None:
                 g = as_local((check.grad_inputs[k],))[0]
                 bad = int(transfers.read(count_nonfinite(g)))
                 if bad:
-                    return Trip(check, "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values")
+                    return Trip(check, "nonfinite", nonfinite_detail(k, bad))
         if has_norm:
             norm = values[position]
             position += 1
             if not norm <= above:
-                return Trip(check, "norm", f"grad_inputs[{k}] norm {norm:.4g} > {above:g}")
+                return Trip(check, "norm", norm_detail(k, norm, above))
     return None
-
-
-def late(detail: str, name: str, born: int, now: int) -> str:
-    """The detail of a stop found after its node: where it was born and how long ago."""
-    if now <= born:
-        return detail
-    ago = now - born
-    return f"{detail}; born at {name} (step {born}), {ago} node{'s' if ago != 1 else ''} ago"

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine.encoded import compact_json, str_text
+from backstep.events.text import compact_json, str_text
 
 ID_KEY = "backstep.id"
 SOURCE_KEY = "backstep.source"
@@ -126,9 +126,6 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def is_leaf(self, i: int) -> bool:
-        return self.names[i] == "torch::autograd::AccumulateGrad"
-
     def describe(self, i: int, leaf_name: str | None) -> dict[str, Any]:
         """The node as ``pass_begin`` lists it."""
         metadata = self.nodes[i].metadata
@@ -156,7 +153,7 @@ class Graph:
                      tags: tuple[list[Any], list[Any]] | None = None,
                      ) -> tuple[list[dict[str, Any]], str]:
         """Every node as ``describe`` gives it, and the text of its ``"sources"`` and
-        ``"nodes"`` as a trace file writes them (``trace_form.compact_event``): each distinct
+        ``"nodes"`` as a trace file writes them (``events.form.compact_event``): each distinct
         source once, nodes naming theirs by index, null leaf, source and module left out.
         ``comms``: index -> where a node communicates (``sharded.comm_label``), as ``"comm"``.
         ``ids`` (default: the nodes' own) may be stand-ins that ``str`` writes into the text;

@@ -8,9 +8,9 @@ import os
 import threading
 from typing import IO, Any, Protocol
 
-from backstep.engine.encoded import Encoded
+from backstep.events.form import compact_event, compact_saved, compact_summary
+from backstep.events.text import Encoded
 from backstep.protocol import encode
-from backstep.trace_form import compact_event, compact_saved, compact_summary
 
 _NODE_KEYS = ("event", "pass", "step", "id", "name", "grad_outputs", "grad_inputs", "saved",
               "error")
@@ -39,11 +39,11 @@ def emit_all(sink: Sink, events: list[dict[str, Any]]) -> None:
 
 class JsonlRecorder:
     """Appends events to a binary file, one strict-JSON line each; thread-safe. Events are
-    written in their file form (``trace_form``: keys at their default value left out).
+    written in their file form (``events.form``: keys at their default value left out).
 
     Most of a trace is gradient summaries, and most summaries appear twice: as one node's
     ``grad_inputs`` and the next node's ``grad_outputs`` (the same dict). Node events are
-    written from the text of each summary: the one it carries (``encoded``), else encoded once
+    written from the text of each summary: the one it carries (``events.text``), else encoded once
     while it is in use.
 
     A write that fails (a full disk, ``ulimit -f``) is never the script's problem: the first

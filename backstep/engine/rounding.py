@@ -21,7 +21,7 @@ _HALF = frozenset({torch.float16, torch.bfloat16})
 _isfinite = math.isfinite
 
 
-def _round(x: float, dtype: torch.dtype) -> float | str:
+def round_for_dtype(x: float, dtype: torch.dtype) -> float | str:
     """A reduction result as JSON: float32 rounded to the digits float32 has."""
     if not _isfinite(x):
         return clean_number(x)
@@ -33,7 +33,7 @@ def _round(x: float, dtype: torch.dtype) -> float | str:
 
 
 def round_single(x: float, eight: float | None = None) -> float:
-    """``_round`` of a finite float for float32: a float32 value's shortest form of 6 to 8
+    """``round_for_dtype`` of a finite float for float32: a float32 value's shortest form of 6 to 8
     digits that reads back the same, else 9 digits. Every summary value of a float32 tensor
     comes here: the specs are constants and the packers bound (a third faster than building
     ``f"{x:.{digits}g}"`` and looking the packer up each time). ``eight``:
@@ -52,16 +52,16 @@ def round_single(x: float, eight: float | None = None) -> float:
 
 
 F64_DIGITS = 10
-_DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5,
-           torch.float64: F64_DIGITS}  # what _stat keeps
+DIGITS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 5,
+           torch.float64: F64_DIGITS}  # what stat_value keeps
 
 
-def _round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
+def round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
     """``float(f"{v:.{digits}g}")`` for every finite float64 ``v`` at once.
 
     ``n / 10**k`` (or ``n * 10**-k``) with an integer ``n`` and an exact power of ten is the
     double nearest that decimal, so it prints as the short decimal. Where the power would not be
-    exact (|k| > 22) or ``v`` is not finite, NaN comes back, for ``_stat`` to treat; 0 stays 0.
+    exact (|k| > 22) or ``v`` is not finite, NaN comes back, for ``stat_value`` to treat; 0 stays 0.
     """
     magnitude = x.abs()
     usable = torch.isfinite(x) & (magnitude > 0)
@@ -75,8 +75,8 @@ def _round_digits(x: torch.Tensor, digits: int) -> torch.Tensor:
     return torch.where(usable, rounded, torch.where(magnitude > 0, x.new_tensor(math.nan), x))
 
 
-def _stat(x: float, dtype: torch.dtype) -> float | str:
-    """A statistic as JSON, to the precision its dtype carries (values use ``_round``)."""
+def stat_value(x: float, dtype: torch.dtype) -> float | str:
+    """A statistic as JSON, to the precision its dtype carries (values use ``round_for_dtype``)."""
     if not math.isfinite(x):
         return clean_number(x)
     if dtype in (torch.float32, torch.complex64):
@@ -94,10 +94,10 @@ def put_extremes(out: dict, shown: tuple | None, lo: float, hi: float, norm: flo
     batch rounded in one go (a NaN there means that one was not), else each rounded alone."""
     if shown is not None:
         a, b, c = shown
-        out["min"] = a if a == a else _stat(lo, dtype)
-        out["max"] = b if b == b else _stat(hi, dtype)
-        out["norm"] = c if c == c else _stat(norm, dtype)
+        out["min"] = a if a == a else stat_value(lo, dtype)
+        out["max"] = b if b == b else stat_value(hi, dtype)
+        out["norm"] = c if c == c else stat_value(norm, dtype)
     else:
-        out["min"] = _stat(lo, dtype)
-        out["max"] = _stat(hi, dtype)
-        out["norm"] = _stat(norm, dtype)
+        out["min"] = stat_value(lo, dtype)
+        out["max"] = stat_value(hi, dtype)
+        out["norm"] = stat_value(norm, dtype)

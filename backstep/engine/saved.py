@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from backstep.engine.summary.format import _dtype_name
+from backstep.engine.summary.format import dtype_text
 from backstep.engine.torch_api import saved_tensor_data
-from backstep.trace_form import compact_saved
+from backstep.events.form import compact_saved
 
 VERSIONS_KEY = "backstep.saved_versions"
 _RAW = "_raw_saved_"
@@ -89,7 +89,7 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
                 pass  # freed by an earlier pass without retain_graph
         return entry
     entry["shape"] = list(data.shape)
-    entry["dtype"] = _dtype_name(data.dtype)
+    entry["dtype"] = dtype_text(data.dtype)
     entry["bytes"] = data.numel() * data.element_size()
     now = data._version
     saved = recorded.get(name) if recorded else None

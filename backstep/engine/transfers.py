@@ -8,12 +8,10 @@ on CPU where the same code runs with ``summary_device.FORCE`` on.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
-_local = threading.local()
 _total = [0]
 
 
@@ -22,14 +20,8 @@ def count() -> int:
     return _total[0]
 
 
-def count_here() -> int:
-    """Reads made so far on the calling thread."""
-    return getattr(_local, "n", 0)
-
-
 def _note() -> None:
     _total[0] += 1
-    _local.n = getattr(_local, "n", 0) + 1
 
 
 def read(t: torch.Tensor) -> Any:

@@ -38,6 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from backstep import protocol
+from backstep.events.breakpoints import Breakpoints
+from backstep.events.commands import validate_command
 from backstep.process import auth
 from backstep.process.channel import Channel
 from backstep.process.refusals import Refusals
@@ -341,11 +343,9 @@ class RemoteServer:
 
     def _wait_for_start(self, channel: Channel) -> dict[str, Any] | None:
         """The UI's ``start``; anything else gets an error and the wait goes on."""
-        from backstep.engine.controller import Breakpoints
-
         for message in channel.incoming():
             try:
-                protocol.validate_command(message)
+                validate_command(message)
                 if message["cmd"] == "detach":
                     return None
                 if message["cmd"] != "start":

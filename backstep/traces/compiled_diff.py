@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstep.traces.diff import Tolerance, _brief, compare_summary
+from backstep.traces.diff import Tolerance, brief_summary, compare_summary
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import Pass
 
@@ -97,7 +97,7 @@ def compare_regions(eager: Pass, compiled: Pass, tol: Tolerance) -> list[dict[st
             why = compare_summary(reference[leaf], sent[i], tol)
             if why:
                 differs.append({"output": i, "leaf": leaf, "why": why,
-                                "eager": _brief(reference[leaf]), "compiled": _brief(sent[i])})
+                                "eager": brief_summary(reference[leaf]), "compiled": brief_summary(sent[i])})
         region = described.get(event["id"], {})
         out.append({"id": event["id"], "step": event.get("step"),
                     "function": region.get("function"), "module": node.get("module"),
@@ -118,12 +118,12 @@ def compare_leaves(eager: Pass, compiled: Pass, tol: Tolerance) -> list[dict[str
         if leaf not in grads_e or leaf not in grads_c:
             out.append({"leaf": leaf, "why": f"accumulated only in the "
                         f"{'eager' if leaf in grads_e else 'compiled'} run",
-                        "eager": _brief(grads_e.get(leaf)), "compiled": _brief(grads_c.get(leaf))})
+                        "eager": brief_summary(grads_e.get(leaf)), "compiled": brief_summary(grads_c.get(leaf))})
             continue
         why = compare_summary(grads_e[leaf], grads_c[leaf], tol)
         if why:
-            out.append({"leaf": leaf, "why": why, "eager": _brief(grads_e[leaf]),
-                        "compiled": _brief(grads_c[leaf])})
+            out.append({"leaf": leaf, "why": why, "eager": brief_summary(grads_e[leaf]),
+                        "compiled": brief_summary(grads_c[leaf])})
     return out
 
 

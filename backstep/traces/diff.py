@@ -203,7 +203,7 @@ def hint(event: dict[str, Any]) -> str:
     return "a custom backward: its backward() computes differently"
 
 
-def _brief(summary: dict | None) -> dict[str, Any] | None:
+def brief_summary(summary: dict | None) -> dict[str, Any] | None:
     if summary is None:
         return None
     return {k: summary.get(k) for k in ("shape", "dtype", "norm", "min", "max", "mean")}
@@ -329,7 +329,7 @@ class PassDiff:
     @staticmethod
     def _sides(a: dict, b: dict, slot: str) -> list[dict[str, Any]]:
         ga, gb = a.get(slot) or [], b.get(slot) or []
-        return [{"slot": f"{slot}[{i}]", "a": _brief(x), "b": _brief(y)}
+        return [{"slot": f"{slot}[{i}]", "a": brief_summary(x), "b": brief_summary(y)}
                 for i, (x, y) in enumerate(zip(ga, gb, strict=False))]
 
     def _structure_of_b(self) -> Finding | None:

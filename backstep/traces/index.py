@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from backstep import safe_text
+from backstep.events.form import expand
+from backstep.events.spec import check
 from backstep.protocol import VERSION
-from backstep.trace_form import expand
 from backstep.traces import limits
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
 from backstep.traces.long_output import output_entry
@@ -39,7 +40,6 @@ from backstep.traces.passes import (
     PassLines,
     TraceError,
 )
-from backstep.traces.schema import check
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
@@ -240,7 +240,7 @@ class TraceIndex:
             return None
         if not isinstance(event, dict) or "event" not in event:
             return None
-        expand(event)  # what the file left out at its default value (trace_form)
+        expand(event)  # what the file left out at its default value (events.form)
         error = check(event)
         if error is None:
             return event

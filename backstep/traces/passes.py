@@ -9,8 +9,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("pass_begin", "node", "accumulate", "pass_end", "diagnosis", "graph_released", "edit",
-         "region")  # region: a torch.compile region of the pass (engine.compiled)
+from backstep.events.spec import PASS_KINDS
+
+KINDS = PASS_KINDS  # the trace events of one pass (events.spec)
 KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 BYTE_CODE = {kind.encode(): code for kind, code in KIND_CODE.items()}
 NODE_CODE = KIND_CODE["node"]
@@ -21,7 +22,7 @@ class TraceError(Exception):
 
 
 class MalformedEvent(TraceError):
-    """An event whose fields do not fit the schema (``traces.schema``), read by a strict index:
+    """An event whose fields do not fit the schema (``events.spec``), read by a strict index:
     ``file:line: field X: expected int, got list``."""
 
 

@@ -27,20 +27,20 @@ from backstep.engine.capture.hooks import Hooks, gradient_trip
 from backstep.engine.capture.listings import Listings
 from backstep.engine.capture.output import Output
 from backstep.engine.capture.passes import (
-    _ACCUMULATE,
+    ACCUMULATE,
     RETAINED_KEY,
     Pass,
-    _freeze_gc,
-    _unfreeze_gc,
+    freeze_gc,
+    unfreeze_gc,
 )
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
-from backstep.engine.encoded import Encoded, compact_json
 from backstep.engine.graph import Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.torch_api import compile_tracing
+from backstep.events.text import Encoded, compact_json
 
 __all__ = ["Capture", "Pass", "gradient_trip"]
 
@@ -153,31 +153,31 @@ class Capture(Hooks, Output, TensorValues):
         # the walk and the hooks allocate thousands of objects too: freeze before them. A live
         # pass may stop at its start and then record: frozen too (unfrozen below if it won't),
         # else registering two hooks per node ran the collector over the whole heap again and again
-        frozen = (self.record or live) and _freeze_gc()
+        frozen = (self.record or live) and freeze_gc()
         try:
             p = self._begin(number, t_outputs, args, kwargs, live)
         except Exception:  # noqa: BLE001 - backstep must never break a backward it cannot read
             p = None
         if frozen and (p is None or not p.record):
-            _unfreeze_gc()
+            unfreeze_gc()
             frozen = False
         if p is None:
             return original(t_outputs, *args, **kwargs)
         stack = self._stack()
         stack.append(p)
-        frozen = frozen or (p.record and _freeze_gc())
+        frozen = frozen or (p.record and freeze_gc())
         try:
             result = original(t_outputs, *args, **kwargs)
         except BaseException as exc:
             stack.pop()
             self._end(p, exc)
             if frozen:
-                _unfreeze_gc()
+                unfreeze_gc()
             raise
         stack.pop()
         self._end(p, None)
         if frozen:
-            _unfreeze_gc()
+            unfreeze_gc()
         return result
 
     def _stack(self) -> list[Pass]:
@@ -232,7 +232,7 @@ class Capture(Hooks, Output, TensorValues):
         bp = controller.breakpoints if controller is not None else None
         if self._retained_graphs:
             for i, node in enumerate(graph.nodes):
-                if graph.names[i] == _ACCUMULATE:
+                if graph.names[i] == ACCUMULATE:
                     continue  # leaves are shared by every graph over the same parameters
                 marker = node.metadata.get(RETAINED_KEY)
                 if marker is not None:
@@ -291,7 +291,7 @@ class Capture(Hooks, Output, TensorValues):
         wanted: dict[int, Any] = {}
         leaves: dict[int, Any] = {}
         for i, name in enumerate(graph.names):
-            if name == _ACCUMULATE:
+            if name == ACCUMULATE:
                 variable = graph.nodes[i].variable
                 leaves[i] = variable
                 wanted[id(variable)] = variable

@@ -17,14 +17,14 @@ import torch
 
 from backstep.engine import device_checks
 from backstep.engine.capture.passes import (
-    _ACCUMULATE,
+    ACCUMULATE,
     BATCH_BYTES,
     BATCH_NODES,
     HELD_NODES,
     Pass,
-    _device,
-    _gradient_nodes,
-    _pre_hook,
+    gradient_nodes,
+    grads_device,
+    pre_hook,
 )
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
@@ -32,6 +32,7 @@ from backstep.engine.recorder import Sink
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.sharded import as_local
 from backstep.engine.summary import summarize
+from backstep.events.breakpoints import late, nonfinite_detail, norm_detail, stopped_event
 
 
 class Hooks:
@@ -45,18 +46,18 @@ class Hooks:
         """Install the hook kinds the pass lacks on every node that has not run yet.
 
         A pass that only checks gradient breakpoints leaves pass-through nodes bare (see
-        ``_gradient_nodes``); once it records, every node that has not run gets its post-hook.
+        ``gradient_nodes``); once it records, every node that has not run gets its post-hook.
         """
         handles = p.handles
         nodes = p.graph.nodes
         ran = p.ran
         if post:
             if p.leaf is None:
-                p.leaf = [name == _ACCUMULATE for name in p.graph.names]
+                p.leaf = [name == ACCUMULATE for name in p.graph.names]
             hooked = p.post_on
             if hooked is None:
                 hooked = p.post_on = [False] * len(nodes)
-            wanted = None if p.record else _gradient_nodes(p)
+            wanted = None if p.record else gradient_nodes(p)
             if wanted is not None or not p.has_post or p.partial:
                 after = self._after
                 for i, node in enumerate(nodes):
@@ -70,7 +71,7 @@ class Hooks:
             before = self._before
             for i, node in enumerate(nodes):
                 if not ran[i]:
-                    handles.append(node.register_prehook(_pre_hook(p, i, before)))
+                    handles.append(node.register_prehook(pre_hook(p, i, before)))
 
     def _sync_ran(self, p: Pass, last: int | None, complete: bool = False) -> None:
         """Steps of a pass whose pass-through nodes ran without hooks, from the engine's order.
@@ -204,7 +205,7 @@ class Hooks:
         self._sync_ran(p, now, complete=now is None)
         born = p.ran[trip.node]
         current = p.ran[now] if now is not None else p.completed
-        detail = device_checks.late(trip.detail, display_name(p.graph.names[trip.node]), born,
+        detail = late(trip.detail, display_name(p.graph.names[trip.node]), born,
                                     current)
         self._pause(p, trip.node, trip.reason, detail, trip.grad_outputs, trip.grad_inputs,
                     after=True)
@@ -252,21 +253,11 @@ class Hooks:
         graph = p.graph
         node_id = graph.ids[i]
         p.held[node_id] = (grad_outputs, grad_inputs if grad_inputs is not None else ())
-        event = {
-            "event": "stopped",
-            "pass": p.number,
-            "step": p.ran[i] if after else p.completed + 1,
-            "id": node_id,
-            "name": display_name(graph.names[i]),
-            "reason": reason,
-            "detail": detail,
-            "after": after,
-            "grad_outputs": go_summaries,
-            "grad_inputs": gi_summaries,
-            "saved": saved,
-            "thread": threading.current_thread().name,
-            "device": _device(grad_outputs) or _device(grad_inputs or ()),
-        }
+        event = stopped_event(
+            p.number, p.ran[i] if after else p.completed + 1, node_id,
+            display_name(graph.names[i]), reason, detail, go_summaries, saved, after=after,
+            grad_inputs=gi_summaries, thread=threading.current_thread().name,
+            device=grads_device(grad_outputs) or grads_device(grad_inputs or ()))
         if self.sink is not None:
             self.sink.flush()
         try:
@@ -343,12 +334,12 @@ def gradient_trip(bp: Any, grads: tuple) -> tuple[str, str] | None:
             if nonfinite and not math.isfinite(abs(g.sum().item())):
                 bad = int((~torch.isfinite(g)).sum())
                 if bad:
-                    return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
+                    return "nonfinite", nonfinite_detail(k, bad)
             if above is not None:
                 norm = torch.linalg.vector_norm(
                     g, dtype=None if g.is_complex() else torch.float64).item()
                 if not norm <= above:
-                    return "norm", f"grad_inputs[{k}] norm {norm:.4g} > {above:g}"
+                    return "norm", norm_detail(k, norm, above)
         except (RuntimeError, TypeError, NotImplementedError):
             continue
     return None

@@ -7,20 +7,19 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from backstep.engine.capture.lines import accumulate_text, name_text, node_text
 from backstep.engine.capture.passes import (
-    _ACCUMULATE,
+    ACCUMULATE,
     RETAINED_KEY,
     Pass,
-    _message,
-    _Retained,
+    Retained,
+    error_message,
 )
 from backstep.engine.controller import Controller
-from backstep.engine.encoded import Encoded
 from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink, emit_all
 from backstep.engine.saved import has_saved, saved_status
 from backstep.engine.summary import SummaryBatch
+from backstep.events.text import Encoded, accumulate_text, name_text, node_text
 
 
 class Output:
@@ -70,9 +69,9 @@ class Output:
                 self._emit({"event": "node", "pass": number, "step": None,
                             "id": graph.ids[failed], "name": display_name(graph.names[failed]),
                             "grad_outputs": None, "grad_inputs": None, "saved": saved,
-                            "error": _message(exc)})
+                            "error": error_message(exc)})
             self._emit({"event": "pass_end", "pass": number, "status": "error",
-                        "error": _message(exc), "skipped": [], "post_mortem": True})
+                        "error": error_message(exc), "skipped": [], "post_mortem": True})
             if self.sink is not None:
                 self.sink.flush()
         except Exception:  # noqa: BLE001 - a post-mortem must never mask the user's error
@@ -185,7 +184,7 @@ class Output:
                         "grad_outputs": None,
                         "grad_inputs": None,
                         "saved": saved_status(graph.nodes[failed], check=True),
-                        "error": _message(exc),
+                        "error": error_message(exc),
                     }
                 )
         if p.retained or p.shards:
@@ -194,7 +193,7 @@ class Output:
         skipped = [graph.ids[i] for i, step in enumerate(p.ran) if not step]
         end = Encoded({"event": "pass_end", "pass": p.number,
                        "status": "ok" if exc is None else "error",
-                       "error": None if exc is None else _message(exc), "skipped": skipped})
+                       "error": None if exc is None else error_message(exc), "skipped": skipped})
         # the common end's text as a file writes it (compact JSON), without encoding the dict
         end.text = (f'{{"event":"pass_end","pass":{p.number},"status":"ok","error":null,'
                     f'"skipped":[{",".join(map(str, skipped))}]}}\n'
@@ -237,11 +236,11 @@ class Output:
 
     def _watch_retained(self, p: Pass) -> None:
         """Mark a retained graph so its release, and whether any pass reused it, is reported."""
-        marker = _Retained(p.number)
+        marker = Retained(p.number)
         graph = p.graph
         total = 0
         for i, node in enumerate(graph.nodes):
-            if graph.names[i] != _ACCUMULATE:
+            if graph.names[i] != ACCUMULATE:
                 node.metadata[RETAINED_KEY] = marker
             if has_saved(node):
                 total += sum(s.get("bytes", 0) for s in saved_status(node) if s["status"] == "alive")

@@ -18,7 +18,7 @@ BATCH_NODES = 256
 BATCH_BYTES = 8 << 20
 RETAINED_KEY = "backstep.retained_by"
 HELD_NODES = 64  # gradients kept for on-demand tensor views while the live UI steps
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
+ACCUMULATE = "torch::autograd::AccumulateGrad"
 
 
 class Pass:
@@ -71,11 +71,11 @@ _PASSTHROUGH = frozenset({
     "SelectBackward0", "SliceBackward0", "SqueezeBackward0", "SqueezeBackward1",
     "SqueezeBackward2", "SqueezeBackward3", "SqueezeBackward4", "StackBackward0", "TBackward0",
     "TransposeBackward0", "TransposeBackward1", "UnsafeViewBackward0", "UnsqueezeBackward0",
-    "ViewBackward0", "ViewAsComplexBackward0", "ViewAsRealBackward0", _ACCUMULATE,
+    "ViewBackward0", "ViewAsComplexBackward0", "ViewAsRealBackward0", ACCUMULATE,
 })
 
 
-def _gradient_nodes(p: Pass) -> list[bool] | None:
+def gradient_nodes(p: Pass) -> list[bool] | None:
     """Which nodes a pass that only checks gradient breakpoints must hook, or None for all.
 
     A pass-through node (``_PASSTHROUGH``; AccumulateGrad has no outgoing gradient) can be left
@@ -93,18 +93,18 @@ def _gradient_nodes(p: Pass) -> list[bool] | None:
                 consumers[j] += 1
     for root in p.options.get("roots") or ():
         consumers[root] = 2
-    return [not (name in _PASSTHROUGH and consumers[i] == 1 or name == _ACCUMULATE)
+    return [not (name in _PASSTHROUGH and consumers[i] == 1 or name == ACCUMULATE)
             for i, name in enumerate(graph.names)]
 
 
-def _freeze_gc() -> bool:
+def freeze_gc() -> bool:
     """Move every existing object out of the collector's reach for the length of a recorded pass.
 
     Recording allocates a few dicts per node; each full collection that triggers would walk every
     object the program has (torch alone tracks ~150,000), which measured 40% of a trace's cost.
     The pass's own objects are short-lived and acyclic: the youngest generation's threshold is
     raised too, so they are not walked every 700 allocations (7% of a trace). Frozen objects are
-    only exempt until ``_unfreeze_gc()`` at pass end, which also puts the thresholds back: what
+    only exempt until ``unfreeze_gc()`` at pass end, which also puts the thresholds back: what
     the program computes is unchanged, only when cyclic garbage is collected. Left alone when the
     program froze objects itself or turned the collector off.
 
@@ -115,7 +115,7 @@ def _freeze_gc() -> bool:
     overlapping on two threads cannot leave old garbage uncollected. No pass asks
     ``gc.get_freeze_count()`` while backstep's freeze holds: it walks every frozen object, the
     whole heap once a pass has frozen it (38 ms a call on a BERT loop).
-    Returns whether the caller must call ``_unfreeze_gc()`` when its pass ends.
+    Returns whether the caller must call ``unfreeze_gc()`` when its pass ends.
     """
     global _OWNER, _DEPTH
     with _GC_LOCK:
@@ -135,8 +135,8 @@ def _freeze_gc() -> bool:
         return True
 
 
-def _unfreeze_gc() -> None:
-    """End a pass that ``_freeze_gc()`` counted in (on its thread); the outermost thaws."""
+def unfreeze_gc() -> None:
+    """End a pass that ``freeze_gc()`` counted in (on its thread); the outermost thaws."""
     global _OWNER, _DEPTH
     with _GC_LOCK:
         if _OWNER != threading.get_ident():
@@ -157,7 +157,7 @@ _DEPTH = 0  # that thread's passes in flight: the outer one and those nested in 
 _GC_LOCK = threading.Lock()
 
 
-class _Retained:
+class Retained:
     """Lives in the metadata of every node of a retained graph; dies with the last of them.
     Its ``state`` outlives it, for the finalizer that reports the release."""
 
@@ -167,7 +167,7 @@ class _Retained:
         self.state = {"reused": False, "bytes": 0, "pass": number}
 
 
-def _device(grads: tuple) -> str | None:
+def grads_device(grads: tuple) -> str | None:
     """The device of a node's first gradient (where it runs), or None."""
     for g in grads:
         if g is not None:
@@ -175,12 +175,12 @@ def _device(grads: tuple) -> str | None:
     return None
 
 
-def _message(exc: BaseException) -> str:
+def error_message(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _pre_hook(p: Pass, i: int, before: Any) -> Any:
+def pre_hook(p: Pass, i: int, before: Any) -> Any:
     def hook(grad_outputs: tuple) -> tuple | None:
         """None (autograd's own gradients) unless the person edited them at a stop here."""
         with p.lock:

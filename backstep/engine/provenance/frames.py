@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import sys
 from types import CodeType, FrameType
 from typing import Any
 
@@ -95,7 +94,7 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
     return found
 
 
-_UNSET: Any = object()
+UNSET: Any = object()
 _CALL_IMPL, _CALL_WRAPPER = CALL_CODES  # a module call's frame: woven, or the wrapper's
 
 
@@ -150,7 +149,7 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
                     entry = entries[position]
                     break
             if entry is not None:
-                if entry.source is not _UNSET:
+                if entry.source is not UNSET:
                     result = entry.source
                     break
                 if pending is None:
@@ -162,11 +161,3 @@ def find_source(frame: FrameType | None, entries: list[Any]) -> dict[str, Any] |
             entry.source = result
     return result
 
-
-def caller_source(depth: int = 1) -> dict[str, Any] | None:
-    """Source dict of the first user frame above the caller (``depth`` frames up), or None."""
-    try:
-        frame = user_frame(sys._getframe(depth + 1))
-    except ValueError:
-        return None
-    return source_dict(frame) if frame is not None else None

@@ -31,13 +31,13 @@ _history: dict[int, _Entry] = {}
 # new tensor object over the same storage, so it is found by its storage.
 _by_storage: dict[int, int] = {}
 _lock = threading.Lock()
-_names: dict[Any, str | None] = {}  # func -> its name when the name says "mutates", else None
+mutating_names: dict[Any, str | None] = {}  # func -> its name when the name says "mutates", else None
 
 
 def mutating_name(func: Any, kwargs: dict[str, Any] | None) -> str | None:
     """The op name when ``func`` (called with ``kwargs``) may modify a tensor argument."""
     try:
-        name = _names[func]
+        name = mutating_names[func]
     except KeyError:
         raw = getattr(func, "__name__", None) or ""
         name = (
@@ -45,7 +45,7 @@ def mutating_name(func: Any, kwargs: dict[str, Any] | None) -> str | None:
             if (raw.endswith("_") and not raw.endswith("__")) or raw in _INPLACE_DUNDERS
             else None
         )
-        _names[func] = name
+        mutating_names[func] = name
     except TypeError:  # unhashable callable
         return None
     if name is None and kwargs and (kwargs.get("out") is not None or kwargs.get("inplace") is True):

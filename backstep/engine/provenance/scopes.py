@@ -78,12 +78,12 @@ _kinds: dict[type, int] = {}
 LIBRARY_CLASSES: set[type] = set()
 INPLACE_CLASSES: set[type] = set()
 
-_ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
+ModuleMap = dict[int, tuple["weakref.ref[nn.Module]", str | None]]
 # root module -> {id(submodule): (weakref, dotted path under the root)}; shared by the trackers
-TABLES: weakref.WeakKeyDictionary[nn.Module, _ModuleMap] = weakref.WeakKeyDictionary()
+TABLES: weakref.WeakKeyDictionary[nn.Module, ModuleMap] = weakref.WeakKeyDictionary()
 
 
-def build_table(root: nn.Module) -> _ModuleMap:
+def build_table(root: nn.Module) -> ModuleMap:
     """Map the root's submodules, registered or held in plain containers (cached in TABLES)."""
     table = {id(m): (weakref.ref(m), name) for name, m in module_paths(root)}
     TABLES[root] = table
@@ -166,7 +166,7 @@ class Region:
         self.versions: list[tuple[torch.Tensor, int]] | None = None
         self.base: str = path  # path of the naming root (inner paths are relative to it)
         self.root: weakref.ref[nn.Module] | None = None
-        self.table: _ModuleMap | None = None
+        self.table: ModuleMap | None = None
         self.rebuilt = False
         self.caller: Any = None  # the module call's frame (provenance_calls), while it runs
         self.scopes: list[Scope] | None = None  # built from ``log`` when first asked

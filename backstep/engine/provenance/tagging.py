@@ -32,8 +32,8 @@ from backstep.engine import saved as saved_tensors
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance import scopes as provenance_scopes
 from backstep.engine.provenance.frames import find_source
-from backstep.engine.provenance.inplace import _names as _known_names
 from backstep.engine.provenance.inplace import mutating_name, record, tensor_versions
+from backstep.engine.provenance.inplace import mutating_names as _known_names
 from backstep.engine.provenance.modules import ModuleTracker
 from backstep.engine.provenance.saved_versions import saved_versions
 from backstep.engine.provenance.scopes import (
@@ -49,9 +49,19 @@ from backstep.engine.provenance.scopes import (
 )
 
 __all__ = [
-    "AROUND_KEY", "MODULE_KEY", "SAVED_VERSIONS_KEY", "SCOPE_KEY", "SOURCE_KEY", "SPAN_KEY",
-    "TaggingMode", "add_mode", "annotate", "pause_if_top", "remove_mode", "saved_versions",
-]  # fmt: skip
+    "AROUND_KEY",
+    "MODULE_KEY",
+    "SAVED_VERSIONS_KEY",
+    "SCOPE_KEY",
+    "SOURCE_KEY",
+    "SPAN_KEY",
+    "TaggingMode",
+    "add_mode",
+    "annotate",
+    "pause_if_top",
+    "remove_mode",
+    "saved_versions",
+]
 
 _compiling = torch.compiler.is_compiling
 # is_compiling() in two cheap steps (see provenance_modules): every op of the user's runs this

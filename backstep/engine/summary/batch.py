@@ -18,8 +18,8 @@ import torch
 
 from backstep.engine.sharded import local_shard
 from backstep.engine.summary import device as summary_device
-from backstep.engine.summary.careful import _careful, _failed_summary
-from backstep.engine.summary.format import SMALL, _base
+from backstep.engine.summary.careful import careful_summary, failed_summary
+from backstep.engine.summary.format import SMALL, base_summary
 
 BATCHABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 LARGE = 1 << 24  # above this many elements a tensor is reduced on its own, never batched
@@ -126,7 +126,7 @@ class SummaryBatch:
                     if self._arrivals is None:
                         self._arrivals = summary_device.Arrivals()
                     try:
-                        self._arrivals.add(t, slot, _base(t))
+                        self._arrivals.add(t, slot, base_summary(t))
                         self._tensors.append(None)
                         return slot
                     except Exception:  # noqa: BLE001 - held instead, summarised at the flush
@@ -165,7 +165,7 @@ class SummaryBatch:
             slots = [slot for slot, _ in held]
             group = [tensors[slot] for slot in slots]
             try:
-                self._arrivals.settle(slots, group, [_base(t) for t in group])
+                self._arrivals.settle(slots, group, [base_summary(t) for t in group])
             except Exception:  # noqa: BLE001 - held instead, summarised at the flush
                 kept += held
                 continue
@@ -237,7 +237,7 @@ class SummaryBatch:
                         for chunk in group.settled:  # reduced, but not written
                             for i, shape in zip(chunk.slots, chunk.shapes, strict=True):
                                 if results[i] is None:
-                                    results[i] = _failed_summary(shape, dtype)
+                                    results[i] = failed_summary(shape, dtype)
         if on_device or arrivals is not None:
             summary_device.finish(on_device, arrivals or summary_device.Arrivals(), results)
         for i, fields in shards.items():  # a plain dict: the summary's text lacks the fields
@@ -249,10 +249,10 @@ class SummaryBatch:
     def _careful_safe(t: torch.Tensor) -> dict[str, Any]:
         try:
             with torch.no_grad():
-                return _careful(t)
+                return careful_summary(t)
         except Exception as exc:  # noqa: BLE001 - a summary must never break the user's pass
             try:
-                out = _base(t)
+                out = base_summary(t)
             except Exception:  # noqa: BLE001
                 out = {"shape": None, "dtype": None, "device": None}
             out["note"] = f"summary failed: {type(exc).__name__}"

@@ -10,19 +10,19 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
-from backstep.engine.rounding import _round
+from backstep.engine.rounding import round_for_dtype
 from backstep.engine.summary.format import (
     SMALL,
-    _base,
-    _dtype_name,
-    _values,
+    base_summary,
+    dtype_text,
     slabs,
+    value_list,
 )
 
 
-def _careful(t: torch.Tensor) -> dict[str, Any]:
+def careful_summary(t: torch.Tensor) -> dict[str, Any]:
     """One tensor of any kind, reduced chunk by chunk in float64."""
-    out = _base(t)
+    out = base_summary(t)
     layout = t.layout
     if t.is_meta or t.device.type == "meta":
         out["note"] = "meta tensor: no values"
@@ -46,7 +46,7 @@ def _careful(t: torch.Tensor) -> dict[str, Any]:
         return out
     out.update(_reduce(t, divisor=n))
     if n <= SMALL:
-        out["values"] = _values(transfers.read(t.detach().reshape(-1)), t.dtype)
+        out["values"] = value_list(transfers.read(t.detach().reshape(-1)), t.dtype)
     return out
 
 
@@ -77,15 +77,15 @@ def _reduce(t: torch.Tensor, divisor: int) -> dict[str, Any]:
         return {}
     dtype = t.dtype
     return {
-        "min": _round(lo, dtype),
-        "max": _round(hi, dtype),
-        "mean": _round(total / divisor if divisor else math.nan, dtype),
-        "norm": _round(math.sqrt(sumsq), dtype),
+        "min": round_for_dtype(lo, dtype),
+        "max": round_for_dtype(hi, dtype),
+        "mean": round_for_dtype(total / divisor if divisor else math.nan, dtype),
+        "norm": round_for_dtype(math.sqrt(sumsq), dtype),
         "nonfinite": bad,
     }
 
 
-def _failed_summary(shape: Any, dtype: torch.dtype) -> dict[str, Any]:
-    return {"shape": list(shape), "dtype": _dtype_name(dtype), "device": "cpu", "min": None,
+def failed_summary(shape: Any, dtype: torch.dtype) -> dict[str, Any]:
+    return {"shape": list(shape), "dtype": dtype_text(dtype), "device": "cpu", "min": None,
             "max": None, "mean": None, "norm": None, "nonfinite": None,
             "note": "summary failed"}

@@ -186,8 +186,8 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
            arrivals: Arrivals, results: list[dict[str, Any] | None]) -> None:
     """Reduce the held groups, read every block back (one transfer per device), fill
     ``results``."""
-    from backstep.engine.rounding import _DIGITS, _round_digits
-    from backstep.engine.summary.format import _base
+    from backstep.engine.rounding import DIGITS, round_digits
+    from backstep.engine.summary.format import base_summary
 
     blocks: dict[torch.device, list[Block]] = {}
     for block in arrivals.blocks:
@@ -195,10 +195,10 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
     for (_, device), items in groups.items():
         tensors = [t for _, t in items]
         try:
-            block = reduce(tensors, [s for s, _ in items], [_base(t) for t in tensors], held=True)
+            block = reduce(tensors, [s for s, _ in items], [base_summary(t) for t in tensors], held=True)
         except Exception as exc:  # noqa: BLE001 - a summary must never break the user's pass
             for slot, t in items:
-                results[slot] = _failed(_base(t), exc)
+                results[slot] = _failed(base_summary(t), exc)
             continue
         blocks.setdefault(device, []).append(block)
     for device_blocks in blocks.values():
@@ -214,11 +214,11 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
         offset = 0
         for b in device_blocks:
             size = b.data.numel()
-            digits = _DIGITS.get(b.dtype)
+            digits = DIGITS.get(b.dtype)
             shown = None
             if digits:
                 if digits not in rounded:
-                    rounded[digits] = _round_digits(host, digits)
+                    rounded[digits] = round_digits(host, digits)
                 shown = rounded[digits][offset: offset + size]
             _fill(b, host[offset: offset + size], shown, results, redo)
             offset += size
@@ -236,8 +236,8 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
           redo: list[tuple[Block, int, int, list[float]]]) -> None:
     """One block's summaries from its part of the read (``rounded``: the same part rounded to
     the dtype's digits, or None where the dtype has none)."""
-    from backstep.engine.rounding import _stat, put_extremes
-    from backstep.engine.summary.format import _values
+    from backstep.engine.rounding import put_extremes, stat_value
+    from backstep.engine.summary.format import value_list
 
     m = (host.numel() - b.small) // b.rows
     rows = host[: b.rows * m].view(b.rows, m).tolist()
@@ -250,7 +250,7 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
         lo, hi, norm, total = mins[j], maxs[j], norm_list[j], sum_list[j]
         values = None
         if n <= 16:
-            values = _values(small_values[pos: pos + n], dtype)
+            values = value_list(small_values[pos: pos + n], dtype)
             pos += n
         finite = math.isfinite(lo) and math.isfinite(hi)
         overflowed = finite and not (math.isfinite(norm) and math.isfinite(total))
@@ -268,7 +268,7 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
                 out["note"] = "norm/sum overflowed float32 on the device"
         put_extremes(out, (shown[0][j], shown[1][j], shown[2][j])
                      if finite and not overflowed else None, lo, hi, norm, dtype)
-        out["mean"] = _stat(total / n, dtype)
+        out["mean"] = stat_value(total / n, dtype)
         out["nonfinite"] = 0 if finite else int(bad_list[j])
         if values is not None:
             out["values"] = values
@@ -279,7 +279,7 @@ def _redo_float64(redo: list[tuple[Block, int, int, list[float]]],
                   results: list[dict[str, Any] | None]) -> None:
     """Finite held tensors whose norm or sum overflowed their dtype, redone in float64 as the
     host path does: all of them in one more read."""
-    from backstep.engine.rounding import _stat
+    from backstep.engine.rounding import stat_value
 
     with torch.no_grad():
         stacked = []
@@ -301,10 +301,10 @@ def _redo_float64(redo: list[tuple[Block, int, int, list[float]]],
         assert out is not None
         norm, total = values[2 * index], values[2 * index + 1]
         dtype = b.dtype
-        out["min"] = _stat(lo, dtype)
-        out["max"] = _stat(hi, dtype)
-        out["norm"] = _stat(norm, dtype)
-        out["mean"] = _stat(total / b.numels[k], dtype)
+        out["min"] = stat_value(lo, dtype)
+        out["max"] = stat_value(hi, dtype)
+        out["norm"] = stat_value(norm, dtype)
+        out["mean"] = stat_value(total / b.numels[k], dtype)
         out["nonfinite"] = 0
         if "values" in out:
             out["values"] = out.pop("values")  # keep the key order of the host path

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from backstep.engine.rounding import _round
+from backstep.engine.rounding import round_for_dtype
 
 SMALL = 16  # tensors with at most this many elements carry their values
 CHUNK = 1 << 20  # elements per step on the careful path
@@ -18,25 +18,25 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {}
 _DEVICE_NAMES: dict[torch.device, str] = {}  # str(device) costs a microsecond per summary
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_text(dtype: torch.dtype) -> str:
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
     return name
 
 
-def _device_name(device: torch.device) -> str:
+def device_text(device: torch.device) -> str:
     name = _DEVICE_NAMES.get(device)
     if name is None:
         name = _DEVICE_NAMES[device] = str(device)
     return name
 
 
-def _base(t: torch.Tensor) -> dict[str, Any]:
+def base_summary(t: torch.Tensor) -> dict[str, Any]:
     return {
         "shape": list(t.shape),
-        "dtype": _dtype_name(t.dtype),
-        "device": _device_name(t.device),
+        "dtype": dtype_text(t.dtype),
+        "device": device_text(t.device),
         "min": None,
         "max": None,
         "mean": None,
@@ -45,11 +45,11 @@ def _base(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def _values(flat: list[Any], dtype: torch.dtype) -> list[Any]:
+def value_list(flat: list[Any], dtype: torch.dtype) -> list[Any]:
     if dtype.is_floating_point:
-        return [_round(float(v), dtype) for v in flat]
+        return [round_for_dtype(float(v), dtype) for v in flat]
     if dtype.is_complex:
-        return [[_round(v.real, dtype), _round(v.imag, dtype)] for v in flat]
+        return [[round_for_dtype(v.real, dtype), round_for_dtype(v.imag, dtype)] for v in flat]
     return list(flat)
 
 

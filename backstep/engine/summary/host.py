@@ -1,5 +1,5 @@
 """Summaries of a batch of host (CPU) tensors of one dtype: a few kernels and one read for them
-all, then each summary written as a dict and its JSON text (``encoded``) in one go.
+all, then each summary written as a dict and its JSON text (``events.text``) in one go.
 
 Per tensor: ``aminmax`` and ``sum``, and one ``_foreach_norm`` over the batch. These are the
 values traces have always carried: min and max (NaN and Inf propagate, so a finite pair means no
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
-from backstep.engine.encoded import Encoded, json_safe
-from backstep.engine.rounding import _DIGITS, _round_digits, _stat, put_extremes
-from backstep.engine.summary.format import SMALL, _base, _device_name, _dtype_name, _values
+from backstep.engine.rounding import DIGITS, put_extremes, round_digits, stat_value
+from backstep.engine.summary.format import SMALL, base_summary, device_text, dtype_text, value_list
 from backstep.engine.summary.scalars import MEAN_FORMAT as _MEAN_FORMAT
 from backstep.engine.summary.scalars import shape_text, write_scalars
 from backstep.engine.summary.scalars import tail as _tail
+from backstep.events.text import Encoded, json_safe
 
 _NORMS_AT_ONCE = 16
 
@@ -262,13 +262,13 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
     views of one block differ only in their shape.
     """
     stats = raw if type(raw) is list else transfers.read(raw)  # read already by ``_read``
-    digits = _DIGITS.get(dtype)
+    digits = DIGITS.get(dtype)
     if not digits:
         shown = stats
     elif len(stats[0]) <= _ROUND_ON_HOST:
         shown = _rounded(stats, digits)
     else:
-        shown = transfers.read(_round_digits(raw, digits))
+        shown = transfers.read(round_digits(raw, digits))
     if small is None:
         # each small tensor read as it is (a scalar alone): no copy into one tensor to read
         small_values = []
@@ -277,10 +277,10 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
                 small_values += [t.item()] if n == 1 else t.reshape(-1).tolist()
     else:
         small_values = transfers.read(small)
-    dtype_name = _dtype_name(dtype)
-    device_name = _device_name(device if device is not None else group[0].device)
+    dtype_name = dtype_text(dtype)
+    device_name = device_text(device if device is not None else group[0].device)
     # the JSON text of a finite summary as a trace file writes it: json.dumps(d,
-    # separators=(",", ":")) of trace_form.compact_summary(d) (no "cpu" device, no nonfinite 0)
+    # separators=(",", ":")) of events.form.compact_summary(d) (no "cpu" device, no nonfinite 0)
     head: str | None = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
                         else f',"dtype":"{dtype_name}","device":"{device_name}",')
     if not (json_safe(dtype_name) and json_safe(device_name)):
@@ -299,7 +299,7 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             else:
                 text = shape_text(size) + tail
             if n <= SMALL:
-                values = out["values"] = _values(small_values[pos : pos + n], dtype)
+                values = out["values"] = value_list(small_values[pos : pos + n], dtype)
                 pos += n
                 if text is not None:
                     text += ',"values":[' + ",".join(map(repr, values)) + "]"
@@ -312,21 +312,21 @@ def _write(dtype: torch.dtype, group: list[Any], numels: list[int], indices: lis
             # finite values whose norm or sum overflowed the dtype: redo those in float64
             norm = float(transfers.read(torch.linalg.vector_norm(t, dtype=torch.float64)))
             total = float(transfers.read(t.sum(dtype=torch.float64)))
-        out = _base(t)
+        out = base_summary(t)
         put_extremes(out, None, lo, hi, norm, dtype)
-        out["mean"] = _stat(total / n, dtype)
+        out["mean"] = stat_value(total / n, dtype)
         out["nonfinite"] = 0 if finite else int(transfers.read((~torch.isfinite(t)).sum()))
         if n <= SMALL:
-            out["values"] = _values(small_values[pos : pos + n], dtype)
+            out["values"] = value_list(small_values[pos : pos + n], dtype)
             pos += n
         results[i] = out
 
 
-_ROUND_ON_HOST = 32  # blocks up to which rounding in Python beats _round_digits' ~20 kernels
+_ROUND_ON_HOST = 32  # blocks up to which rounding in Python beats round_digits' ~20 kernels
 
 
 def _rounded(stats: list[list[float]], digits: int) -> list[list[float]]:
-    """``_round_digits`` in Python: what it computes (``float(f"{v:.{digits}g}")``; NaN where
+    """``round_digits`` in Python: what it computes (``float(f"{v:.{digits}g}")``; NaN where
     ``v`` is not finite) for min, max and norm; the sums are not shown."""
     spec = f".{digits}g"
     return [[float(format(v, spec)) if isfinite(v) else nan for v in row] for row in stats[:3]]
@@ -335,7 +335,7 @@ def _rounded(stats: list[list[float]], digits: int) -> list[list[float]]:
 def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]],
             numels: list[int], owner: list[int], head: str | None) -> list[Any]:
     """Per block of memory: (min, max, mean, norm, the text after the shape) when every
-    statistic is finite (the common case, as ``put_extremes`` and ``_stat`` write it), else
+    statistic is finite (the common case, as ``put_extremes`` and ``stat_value`` write it), else
     None. The text is None when ``head`` is."""
     mins, maxs, norms, sums = stats
     count = len(mins)
@@ -350,10 +350,10 @@ def _blocks(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float
                 for j in range(count)]
     a, b, c = shown[0], shown[1], shown[2]
     if any(x != x for x in (sum(a), sum(b), sum(c))):
-        # not rounded in bulk (float64), or some value that was not: _stat's, where it was not
-        a = [x if x == x else _stat(y, dtype) for x, y in zip(a, mins, strict=True)]
-        b = [x if x == x else _stat(y, dtype) for x, y in zip(b, maxs, strict=True)]
-        c = [x if x == x else _stat(y, dtype) for x, y in zip(c, norms, strict=True)]
+        # not rounded in bulk (float64), or some value that was not: stat_value's, where it was not
+        a = [x if x == x else stat_value(y, dtype) for x, y in zip(a, mins, strict=True)]
+        b = [x if x == x else stat_value(y, dtype) for x, y in zip(b, maxs, strict=True)]
+        c = [x if x == x else stat_value(y, dtype) for x, y in zip(c, norms, strict=True)]
     means = list(map(truediv, sums, sizes))  # every view of the block has its number of elements
     mean_format = _MEAN_FORMAT.get(dtype)
     if mean_format is not None:
@@ -370,11 +370,11 @@ def _block(dtype: torch.dtype, stats: list[list[float]], shown: list[list[float]
     lo, hi, norm, total = stats[0][j], stats[1][j], stats[2][j], stats[3][j]
     a, b, c = shown[0][j], shown[1][j], shown[2][j]
     if a != a:
-        a = _stat(lo, dtype)
+        a = stat_value(lo, dtype)
     if b != b:
-        b = _stat(hi, dtype)
+        b = stat_value(hi, dtype)
     if c != c:
-        c = _stat(norm, dtype)
+        c = stat_value(norm, dtype)
     mean = total / n
     mean_format = _MEAN_FORMAT.get(dtype)
     if mean_format is not None:

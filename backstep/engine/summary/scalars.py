@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from backstep.engine.encoded import Encoded, json_safe
-from backstep.engine.rounding import _DIGITS, _round, round_single
-from backstep.engine.summary.format import _device_name, _dtype_name
+from backstep.engine.rounding import DIGITS, round_for_dtype, round_single
+from backstep.engine.summary.format import device_text, dtype_text
+from backstep.events.text import Encoded, json_safe
 
 MEAN_FORMAT = {torch.float32: "%.8g", torch.float16: "%.5g", torch.bfloat16: "%.5g",
-               torch.float64: "%.10g"}  # as _stat rounds
+               torch.float64: "%.10g"}  # as stat_value rounds
 _MEAN_DIGITS = {dtype: int(spec[2:-1]) for dtype, spec in MEAN_FORMAT.items()}
 _SHAPES: dict[torch.Size, str] = {}  # shape -> the start of a summary's text
 
@@ -37,7 +37,7 @@ def shape_text(size: torch.Size) -> str:
 def tail(low: float, high: float, mean: float, norm: float) -> str:
     """The rest of a finite summary's text after its dtype and device, as json.dumps writes it
     (an f-string: ``str.format`` of the same text took 0.5 us more a summary); its
-    ``"nonfinite":0`` is left out, as trace files leave it (trace_form)."""
+    ``"nonfinite":0`` is left out, as trace files leave it (events.form)."""
     return f'"min":{low!r},"max":{high!r},"mean":{mean!r},"norm":{norm!r}'
 
 
@@ -46,15 +46,15 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
     """Write the summary of each finite one-element tensor to ``results[slot]``; returns the
     positions (in ``tensors``) of those written.
 
-    One rounding serves min, max and mean (``_stat`` and ``MEAN_FORMAT`` keep the same digits,
+    One rounding serves min, max and mean (``stat_value`` and ``MEAN_FORMAT`` keep the same digits,
     and a mean of one element is the element) and the norm (the magnitude of the rounded value:
     a decimal rounds the same either side of zero)."""
-    digits = _DIGITS.get(dtype)
+    digits = DIGITS.get(dtype)
     if not digits or _MEAN_DIGITS.get(dtype) != digits or not tensors:
         return []
     spec = f".{digits}g"
-    dtype_name = _dtype_name(dtype)
-    device_name = _device_name(tensors[0].device)
+    dtype_name = dtype_text(dtype)
+    device_name = device_text(tensors[0].device)
     if not (json_safe(dtype_name) and json_safe(device_name)):
         return []
     head = (f',"dtype":"{dtype_name}",' if device_name == "cpu"
@@ -69,8 +69,8 @@ def write_scalars(dtype: torch.dtype, tensors: list[torch.Tensor], numels: list[
         shown = float(format(v, spec))
         if shown - shown != 0.0:  # not finite (nor, then, is ``v``): the general path's
             continue
-        # as ``_values`` writes a floating value (``_round``; ``v`` is finite here)
-        value = round_single(v, shown) if single else _round(v, dtype)
+        # as ``value_list`` writes a floating value (``round_for_dtype``; ``v`` is finite here)
+        value = round_single(v, shown) if single else round_for_dtype(v, dtype)
         size = t.shape
         text = repr(shown)
         out = Encoded({"shape": list(size), "dtype": dtype_name, "device": device_name,

@@ -10,7 +10,7 @@ on undisturbed. With no terminal, ``attach`` says so in one line and lets the sc
 
 Which attachment arms: ``trace.py`` records a trace, ``remote.py`` waits for ``backstep connect``,
 ``served.py`` serves the UI to a browser (a notebook), ``terminal.py`` opens it on this terminal;
-each is a ``base._Attachment``, and ``registry.py`` holds the one this process has. Nothing here
+each is a ``base.Attachment``, and ``registry.py`` holds the one this process has. Nothing here
 imports torch until a UI or a trace is actually armed.
 """
 
@@ -22,10 +22,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backstep import protocol
 from backstep.engine.torch_api import check_imported
+from backstep.events.breakpoints import parse_breakpoint, validate_breakpoints
 from backstep.process.attach import registry
-from backstep.process.attach.terminal import _UIAttachment
+from backstep.process.attach.terminal import UIAttachment
 
 
 def attach(
@@ -57,28 +57,28 @@ def attach(
     with registry.lock:
         if registry.current is not None and registry.current.active:
             return
-        parsed = [protocol.parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
-        protocol.validate_breakpoints(parsed)
+        parsed = [parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
+        validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
         listen = listen or os.environ.get("BACKSTEP_LISTEN") or None
         if trace:
-            from backstep.process.attach.trace import _TraceAttachment
+            from backstep.process.attach.trace import TraceAttachment
 
-            registry.current = _TraceAttachment(trace, source)
+            registry.current = TraceAttachment(trace, source)
         elif listen:
-            from backstep.process.attach.remote import _RemoteAttachment
+            from backstep.process.attach.remote import RemoteAttachment
 
             try:
-                registry.current = _RemoteAttachment(listen, parsed, stop_at_pass_start, source, wait)
+                registry.current = RemoteAttachment(listen, parsed, stop_at_pass_start, source, wait)
             except ValueError as exc:
                 print(f"backstep: listen={listen!r}: {exc} (the script continues without "
                       "backstep)", file=sys.stderr)
                 return
         elif serve or os.environ.get("BACKSTEP_SERVE") or _in_notebook():
-            from backstep.process.attach.served import _ServedAttachment
+            from backstep.process.attach.served import ServedAttachment
 
             try:
-                registry.current = _ServedAttachment(parsed, stop_at_pass_start, source, serve)
+                registry.current = ServedAttachment(parsed, stop_at_pass_start, source, serve)
             except ValueError as exc:
                 print(f"backstep: {exc} (the script continues without backstep)",
                       file=sys.stderr)
@@ -88,7 +88,7 @@ def attach(
                   "(set BACKSTEP_TRACE=run.jsonl to record a trace instead)", file=sys.stderr)
             return
         else:
-            registry.current = _UIAttachment(parsed, stop_at_pass_start, source)
+            registry.current = UIAttachment(parsed, stop_at_pass_start, source)
         problem = check_imported()  # before anything is armed: the script runs untouched
         if problem is not None:
             registry.current = None

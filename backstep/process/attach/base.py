@@ -9,7 +9,7 @@ from typing import Any
 from backstep.process.attach import registry
 
 
-class _Attachment:
+class Attachment:
     """Capture and provenance installed in this process for as long as it is active."""
 
     def __init__(self, source: bool) -> None:

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 lock = threading.RLock()
-current: Any = None  # the base._Attachment armed (or last armed) by attach()
+current: Any = None  # the base.Attachment armed (or last armed) by attach()
 torch_warned = False  # a torch backstep cannot use is named once, however often attach() runs
 
 

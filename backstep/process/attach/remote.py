@@ -13,12 +13,12 @@ import atexit
 import sys
 from typing import Any
 
-from backstep.process.attach.base import _Attachment
+from backstep.process.attach.base import Attachment
 from backstep.process.listen import in_pass
 from backstep.process.remote import RemoteServer, parse_address
 
 
-class _RemoteAttachment(_Attachment):
+class RemoteAttachment(Attachment):
     """A TCP server for remote UIs, the engine armed behind it."""
 
     def __init__(self, listen: str, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,

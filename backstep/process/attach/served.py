@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from backstep.process.attach.remote import _RemoteAttachment
+from backstep.process.attach.remote import RemoteAttachment
 from backstep.process.remote import ENV_TOKEN, RemoteServer
 from backstep.process.served import ServedUI, serve_address, ui_command
 
@@ -36,7 +36,7 @@ def _quiet(line: str) -> None:
     pass
 
 
-class _ServedAttachment(_RemoteAttachment):
+class ServedAttachment(RemoteAttachment):
     """The engine behind a loopback remote server, its UI served to a browser."""
 
     def __init__(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,

@@ -17,14 +17,14 @@ from typing import Any
 
 from backstep import protocol
 from backstep.process import launcher, transport
-from backstep.process.attach.base import _Attachment
+from backstep.process.attach.base import Attachment
 
 CONNECT_TIMEOUT = 30.0
 # then --console R1,R2 --options JSON
 UI_COMMAND = launcher.module_command("backstep.process.attach.ui")
 
 
-class _UIAttachment(_Attachment):
+class UIAttachment(Attachment):
     """The live UI in a child process on this terminal, console pipes in between."""
 
     def __init__(self, breakpoints: list[dict[str, Any]], stop_at_pass_start: bool,
@@ -72,11 +72,11 @@ class _UIAttachment(_Attachment):
                                if code is None else f"the debugger UI exited at startup "
                                f"(code {launcher.exit_status(code)})")
         from backstep.engine.controller import Controller
-        from backstep.engine.debuggee import ChannelSink, _wait_for_start
+        from backstep.engine.debuggee import ChannelSink, wait_for_start
         from backstep.engine.session import session_event
 
         sink = ChannelSink(self.channel)
-        self.controller = _wait_for_start(self.channel, lambda start: Controller(
+        self.controller = wait_for_start(self.channel, lambda start: Controller(
             sink.emit, start.get("breakpoints") or [], start.get("stop_at_pass_start", True)))
         if self.controller is None:
             raise RuntimeError("the debugger UI closed before it started")

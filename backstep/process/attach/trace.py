@@ -7,10 +7,10 @@ import atexit
 import sys
 from typing import Any
 
-from backstep.process.attach.base import _Attachment
+from backstep.process.attach.base import Attachment
 
 
-class _TraceAttachment(_Attachment):
+class TraceAttachment(Attachment):
     """No UI: every pass from here on is recorded to a JSON-lines file."""
 
     def __init__(self, path: str, source: bool) -> None:

@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from backstep import protocol
+from backstep.events.breakpoints import parse_breakpoint
 
 KINDS = (
     ("node name glob", "node"),
@@ -45,7 +46,7 @@ def make_breakpoint(kind: str, value: str) -> dict[str, Any]:
         return {"kind": "nonfinite"}
     if not value:
         raise protocol.ProtocolError("this kind of breakpoint needs a value")
-    return protocol.parse_breakpoint(f"{kind}:{value}")
+    return parse_breakpoint(f"{kind}:{value}")
 
 
 class BreakpointDialog(ModalScreen[list[dict[str, Any]] | None]):

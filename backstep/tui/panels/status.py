@@ -8,19 +8,12 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from backstep.events.breakpoints import STOP_REASONS
 from backstep.tui.state.snapshot import Snapshot
 from backstep.tui.text.edited import EDITED_STYLE, EDITED_WORDS
 from backstep.tui.text.format import cut_middle
 
-REASONS = {
-    "pass_start": "start of pass",
-    "step": "step",
-    "breakpoint": "breakpoint",
-    "interrupt": "interrupted",
-    "nonfinite": "non-finite gradient",
-    "norm": "gradient norm",
-    "review": "review (recorded)",
-}
+REASONS = {**STOP_REASONS, "review": "review (recorded)"}
 # in the order they give way when the line is short; "? help" (which lists them all) stays
 HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B", "conditions"),
          ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from backstep import protocol
-from backstep.trace_form import expand
-from backstep.traces.schema import check
+from backstep.events.form import expand
+from backstep.events.spec import URGENT, check
 from backstep.tui.messages import (
     Evaluated,
     InputWanted,
@@ -35,8 +35,6 @@ from backstep.tui.messages import (
 from backstep.tui.state import node_line
 from backstep.tui.state.model import SessionModel
 
-URGENT = frozenset({"session", "pass_begin", "pass_end", "stopped", "exit", "diagnosis",
-                    "edit"})
 # ``f`` and ``c`` run through passes: their starts and ends are progress like their nodes, drawn
 # with the stop that follows (a pass end and the next pass's start were two full redraws, one
 # of them 0.12 s, just before that stop's)
@@ -171,7 +169,7 @@ class Reader:
                 break
             if type(event) is not node_line.NodeFields:  # read in full: checked here
                 if isinstance(event, dict):  # node events come in batches written as a file
-                    event = expand(event)  # has them (``trace_form``): the defaults put back
+                    event = expand(event)  # has them (``events.form``): the defaults put back
                 malformed = check(event)
                 if malformed is not None:  # a peer's event the panels cannot read: skipped
                     self.post(ServerError(f"malformed event from the debuggee: {malformed}"))

@@ -45,7 +45,7 @@ REVIEW_EVENTS = 20_000
 # what a handler returns when it changed the model and the snapshot is made later (``_settle``)
 _SETTLE_LATER = Snapshot()
 # what a handler raises on an event whose fields are not what it reads: an event the checks of
-# ``traces/schema.py`` let through (a peer's, a trace's) is ignored, not fatal to the UI
+# ``events/spec.py`` let through (a peer's, a trace's) is ignored, not fatal to the UI
 MALFORMED = (TypeError, ValueError, KeyError, AttributeError)
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,10 @@ lines parsed only as far as the cursor has gone. Stdlib only (no textual, no tor
 from __future__ import annotations
 
 import bisect
-import fnmatch
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from backstep.events.breakpoints import Breakpoints, stopped_event
 from backstep.traces.index import TraceIndex
 from backstep.traces.passes import KIND_CODE, NODE_CODE
 from backstep.tui.state.carry import Carry, CarryLog
@@ -109,10 +108,9 @@ class PassTimeline:
         return event or {}
 
     def _stop_event(self, k: int, event: dict[str, Any], reason: str) -> dict[str, Any]:
-        return {"event": "stopped", "pass": self.number, "step": event.get("step") or k + 1,
-                "id": event["id"], "name": event.get("name"), "reason": reason, "detail": None,
-                "grad_outputs": event.get("grad_outputs"), "saved": event.get("saved"),
-                "stop": k + 1, "thread": self.thread}
+        return stopped_event(self.number, event.get("step") or k + 1, event["id"],
+                             event.get("name"), reason, None, event.get("grad_outputs"),
+                             event.get("saved"), thread=self.thread, stop=k + 1)
 
     def _advance(self) -> None:
         """Feed events until one more stop (or the end) has a snapshot."""
@@ -158,40 +156,6 @@ class PassTimeline:
                     saved=saved_infos(event.get("saved")), after=True, stop=-(k + 1),
                     thread=self.thread)
         return replace(snap, stop=stop, running=False)
-
-
-def gradient_trip(breakpoints: list[dict[str, Any]], event: dict[str, Any]
-                  ) -> tuple[str, str] | None:
-    """The engine's gradient breakpoints (nonfinite, norm above) on a recorded node."""
-    nonfinite = any(bp.get("kind") == "nonfinite" for bp in breakpoints)
-    limits = [float(bp["above"]) for bp in breakpoints if bp.get("kind") == "norm"]
-    for k, summary in enumerate(event.get("grad_inputs") or []):
-        if not summary:
-            continue
-        bad = summary.get("nonfinite") or 0
-        if nonfinite and bad:
-            return "nonfinite", f"grad_inputs[{k}] has {bad} NaN/Inf values"
-        norm = summary.get("norm")
-        value = float(norm) if isinstance(norm, int | float | str) else math.nan
-        for above in limits:
-            if not value <= above:
-                return "norm", f"grad_inputs[{k}] norm {value:.4g} > {above:g}"
-    return None
-
-
-def node_trip(breakpoints: list[dict[str, Any]], info: dict[str, Any]) -> str | None:
-    """The engine's static breakpoints (node, module, leaf) on a recorded node."""
-    name, module, leaf = str(info.get("name")), info.get("module"), info.get("leaf")
-    for bp in breakpoints:
-        kind = bp.get("kind")
-        if kind == "node" and fnmatch.fnmatchcase(name, str(bp.get("pattern"))):
-            return f"node {bp.get('pattern')}"
-        if kind == "module" and module is not None and (
-                fnmatch.fnmatchcase(module, str(bp.get("pattern"))) or module == bp.get("pattern")):
-            return f"module {bp.get('pattern')}"
-        if kind == "leaf" and leaf is not None and leaf == bp.get("name"):
-            return f"leaf {leaf}"
-    return None
 
 
 class Replay:
@@ -363,6 +327,7 @@ class Replay:
             return False
         if direction > 0:
             self._all()
+        rules = Breakpoints.from_list(breakpoints)  # the matcher a live session uses
         i = self.numbers.index(pos.number)
         order = self.numbers[i:] if direction > 0 else self.numbers[i::-1]
         for number in order:
@@ -373,19 +338,19 @@ class Replay:
                     here = Position(number, k, after)
                     if not _beyond(here, pos, direction):
                         continue
-                    reason = self._trip(line, k, after, breakpoints, stop_at_pass_start)
+                    reason = self._trip(line, k, after, rules, stop_at_pass_start)
                     if reason is not None:
                         return self._go(here, reason)
         return False
 
-    def _trip(self, line: PassTimeline, k: int, after: bool, breakpoints: list[dict[str, Any]],
+    def _trip(self, line: PassTimeline, k: int, after: bool, rules: Breakpoints,
               stop_at_pass_start: bool) -> tuple[str, str | None] | None:
         event = line.step(k)
         if after:
-            return gradient_trip(breakpoints, event)
+            return rules.trip_on_summaries(event.get("grad_inputs"))
         info = line.graph.nodes.get(event["id"])
-        why = node_trip(breakpoints, event if info is None else
-                        {"name": info.name, "module": info.module, "leaf": info.leaf})
+        why = (rules.match_node(str(event.get("name")), event.get("module"), event.get("leaf"))
+               if info is None else rules.match_node(info.name, info.module, info.leaf))
         if why is not None:
             return "breakpoint", why
         if k == 0 and stop_at_pass_start:

@@ -2,14 +2,15 @@
 
 A node event of a 6,000-node pass is written thousands of times a pass, and most of its keys
 say the usual thing: a summary's ``"device":"cpu"`` and ``"nonfinite":0``, a node's
-``"error":null``, a saved tensor's ``"status":"alive"`` and ``"version":null``, a graph node's ``"leaf":null``; and a
-pass's nodes share a few forward lines (``source``), each long. A trace file leaves the defaults
-out and writes each distinct source once, in the pass_begin's ``sources``, a node's ``source``
-then being its index there (``compact_*``, used by the recorder and by the texts it is handed) and
-``expand`` puts them back as a trace is read, so every reader sees the events that DESIGN.md
-describes, whether the file was written with or without them. The live stream to the UI
-uses the same form (the debuggee's events go through the same recorder), and its reader expands
-them too. Stdlib only (engine and trace readers both import it).
+``"error":null``, a saved tensor's ``"status":"alive"`` and ``"version":null``, a graph node's
+``"leaf":null``; and a pass's nodes share a few forward lines (``source``), each long. A trace
+file leaves the defaults out and writes each distinct source once, in the pass_begin's
+``sources``, a node's ``source`` then being its index there (``compact_*``, used by the recorder
+and by the texts it is handed) and ``expand`` puts them back as a trace is read, so every reader
+sees the events that ``spec`` describes, whether the file was written with or without them. The
+defaults, and which fields hold summaries or saved lists, are the spec's (``Field.default``,
+``Field.form``). The live stream to the UI uses the same form (the debuggee's events go through
+the same recorder), and its reader expands them too. Stdlib only.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from backstep.events.spec import EVENTS, GRAPH_NODE, SAVED_ENTRY, SUMMARY
+
 # key -> the value a file leaves out; ``expand`` writes it back where the key is missing
 # a file's pass_begin: "sources" (distinct source dicts), then "nodes" with "source": index
-SUMMARY_DEFAULTS: dict[str, Any] = {"device": "cpu", "nonfinite": 0}
-SAVED_DEFAULTS: dict[str, Any] = {"status": "alive", "version": None}  # of a saved tensor
-GRAPH_NODE_DEFAULTS: dict[str, Any] = {"leaf": None, "source": None, "module": None}
+SUMMARY_DEFAULTS: dict[str, Any] = SUMMARY.defaults
+SAVED_DEFAULTS: dict[str, Any] = SAVED_ENTRY.defaults  # of a saved tensor
+GRAPH_NODE_DEFAULTS: dict[str, Any] = GRAPH_NODE.defaults
 EVENT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "node": {"error": None},
-    "accumulate": {"retained": False},
-}
+    kind: spec.defaults for kind, spec in EVENTS.items() if spec.defaults}
 
 
 _ABSENT = object()
@@ -68,11 +69,10 @@ def compact_saved(saved: Any) -> Any:
 
 
 # per event kind: the fields that hold summaries or saved lists, and how each is compacted
+_COMPACT = {"summary": compact_summary, "summaries": compact_summaries, "saved": compact_saved}
 _NESTED: dict[str, dict[str, Any]] = {
-    "node": {"grad_outputs": compact_summaries, "grad_inputs": compact_summaries,
-             "saved": compact_saved},
-    "accumulate": {"before": compact_summary, "after": compact_summary},
-}
+    kind: {key: _COMPACT[form] for key, form in spec.forms.items() if form in _COMPACT}
+    for kind, spec in EVENTS.items() if any(f in _COMPACT for f in spec.forms.values())}
 
 
 def compact_event(event: dict[str, Any]) -> dict[str, Any]:
