@@ -23,6 +23,14 @@ more read for that batch); a float16 tensor reduced on arrival has its fallback 
 float32 in advance, and any other one (values near 1e19 and above: a diverged model) says so in
 a ``note`` rather than keep a large gradient alive or pay a float64 copy of it.
 
+Where this torch has the multi-tensor ops (``summary.grouped``), a block of at most
+``HELD_BYTES`` is reduced in a fixed number of ``torch._foreach_*`` kernels however many
+tensors it has (``GROUPED``): no per-tensor launch but one view per 0-d small tensor; its sums
+are added up in another order (see there) and its float64 norms come with it, so a grouped
+block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
+than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
+per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+
 ``FORCE`` runs CPU tensors through this path too, so tests exercise it without a GPU.
 """
 
@@ -35,9 +43,11 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
+from backstep.engine.summary import grouped
 from backstep.engine.summary.format import slabs
 
 FORCE = False  # treat CPU tensors as accelerator tensors (tests, benchmarks)
+GROUPED = grouped.available()  # blocks reduced by ``summary.grouped`` (else per tensor)
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
 COUNT_CHUNK = 1 << 21  # elements per non-finite count step of an arriving tensor (temp)
 
@@ -56,11 +66,12 @@ class Block:
     """
 
     __slots__ = ("dtype", "slots", "owner", "numels", "bases", "small", "rows", "data",
-                 "tensors")
+                 "tensors", "grouped")
 
     def __init__(self, dtype: torch.dtype, slots: list[int], owner: list[int],
                  numels: list[int], bases: list[dict[str, Any]], small: int, rows: int,
-                 data: torch.Tensor, tensors: list[torch.Tensor] | None) -> None:
+                 data: torch.Tensor, tensors: list[torch.Tensor] | None,
+                 grouped: bool = False) -> None:
         self.dtype = dtype
         self.slots = slots
         self.owner = owner
@@ -70,6 +81,7 @@ class Block:
         self.rows = rows
         self.data = data
         self.tensors = tensors  # held tensors (for the float64 redo); None once settled
+        self.grouped = grouped  # rows as ``summary.grouped.stats`` lays them out
 
 
 def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, Any]],
@@ -84,6 +96,8 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
     from backstep.engine.summary.format import SMALL
     from backstep.engine.summary.host import memory_key as _memory_key
 
+    if GROUPED and sum(t.numel() for t in tensors) * tensors[0].dtype.itemsize <= HELD_BYTES:
+        return _reduce_grouped(tensors, slots, bases)  # its temporary: the group's size
     dtype = tensors[0].dtype
     unique: dict[tuple, int] = {}
     reps: list[torch.Tensor] = []
@@ -122,6 +136,40 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
         data = torch.cat(parts)
     return Block(dtype, slots, owner, [t.numel() for t in tensors], bases,
                  sum(s.numel() for s in small), rows, data, list(tensors) if held else None)
+
+
+def _reduce_grouped(tensors: list[torch.Tensor], slots: list[int],
+                    bases: list[dict[str, Any]]) -> Block:
+    """``reduce`` in a fixed number of multi-tensor kernels (``summary.grouped``); the block
+    holds nothing: its float64 norms are computed with it."""
+    from backstep.engine.summary.format import SMALL
+    from backstep.engine.summary.host import memory_key as _memory_key
+
+    unique: dict[tuple, int] = {}
+    reps: list[torch.Tensor] = []
+    dense: list[bool] = []
+    owner: list[int] = []
+    small: list[torch.Tensor] = []
+    for t in tensors:
+        n = t.numel()
+        key = _memory_key(t)
+        j = unique.get(key) if key is not None and n > SMALL else None
+        if j is None:
+            j = len(reps)
+            reps.append(t)
+            dense.append(key is not None)
+            if key is not None and n > SMALL:
+                unique[key] = j
+        owner.append(j)
+        if n <= SMALL:
+            small.append(t if t.dim() else t.view(1))
+    with torch.no_grad():
+        data = grouped.stats(reps, dense)
+        if small:
+            values = torch._chunk_cat(small, 0, 1).view(-1)
+            data = torch.cat([data, values.to(torch.float64)])
+    return Block(tensors[0].dtype, slots, owner, [t.numel() for t in tensors], bases,
+                 sum(s.numel() for s in small), grouped.ROWS, data, None, grouped=True)
 
 
 def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
@@ -214,7 +262,7 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
         offset = 0
         for b in device_blocks:
             size = b.data.numel()
-            digits = _DIGITS.get(b.dtype)
+            digits = None if b.grouped else _DIGITS.get(b.dtype)
             shown = None
             if digits:
                 if digits not in rounded:
@@ -243,6 +291,9 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
     rows = host[: b.rows * m].view(b.rows, m).tolist()
     small_values = host[b.rows * m:].tolist()
     dtype = b.dtype
+    if b.grouped:
+        _fill_grouped(b, rows, small_values, results)
+        return
     shown = rounded[: 4 * m].view(4, m).tolist() if rounded is not None else rows[:4]
     mins, maxs, norm_list, sum_list, bad_list = rows[:5]
     pos = 0
@@ -272,6 +323,30 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
         out["nonfinite"] = 0 if finite else int(bad_list[j])
         if values is not None:
             out["values"] = values
+        results[slot] = out
+
+
+def _fill_grouped(b: Block, rows: list[list[float]], small_values: list[float],
+                  results: list[dict[str, Any] | None]) -> None:
+    """``_fill`` of a block from ``summary.grouped``: each figure rounded alone (``_stat``), as
+    the host path writes the few that it does not round in bulk (same numbers)."""
+    from backstep.engine.rounding import _stat, put_extremes
+    from backstep.engine.summary.format import _values
+
+    dtype = b.dtype
+    pos = 0
+    for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
+        lo, hi, norm, total, bad, wide = grouped.summary_row(rows, j, dtype)
+        finite = math.isfinite(lo) and math.isfinite(hi)
+        if finite and not math.isfinite(norm):
+            norm = wide  # a finite tensor's norm past its dtype: the host path's float64 redo
+        out = dict(b.bases[k])
+        put_extremes(out, None, lo, hi, norm, dtype)
+        out["mean"] = _stat(total / n, dtype)
+        out["nonfinite"] = 0 if finite else int(bad)
+        if n <= 16:
+            out["values"] = _values(small_values[pos: pos + n], dtype)
+            pos += n
         results[slot] = out
 
 
