@@ -344,6 +344,8 @@ def _fill_grouped(b: Block, rows: list[list[float]], small_values: list[float],
         put_extremes(out, None, lo, hi, norm, dtype)
         out["mean"] = _stat(total / n, dtype)
         out["nonfinite"] = 0 if finite else int(bad)
+        if finite and not math.isfinite(total):
+            out["note"] = "sum overflowed float64 on the device"
         if n <= 16:
             out["values"] = _values(small_values[pos: pos + n], dtype)
             pos += n

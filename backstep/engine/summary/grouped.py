@@ -8,8 +8,8 @@ tensors ``x`` is reduced as (each line one ``_foreach_*`` call over the whole gr
 - norm: ``_foreach_norm(x)`` in the dtype, exactly the host path's kernel, and once more
   accumulated in float64 for the finite tensors whose norm overflows the dtype (the host path
   redoes those in float64; here the figure is ready, so nothing is held and nothing read twice);
-- sum: ``|x|_1 - 2 |relu(-x)|_1``, both accumulated in float64 (every value of a batched dtype
-  is exact in float64), then rounded to the dtype as the dtype's own sum is. This is the one
+- sum: ``|relu(x)|_1 - |relu(-x)|_1``, both accumulated in float64 (every value of a batched
+  dtype is exact in float64), then rounded to the dtype as the dtype's own sum is. This is the one
   figure that is not the per-tensor kernel's: it is added up in another order (like any CUDA
   sum), so a mean's last digit may differ from the host path's, within the documented
   reduction-order tolerance. A tensor with a NaN or an Inf has its sum from its min and max;
@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 _OPS = ("_foreach_max", "_foreach_neg", "_foreach_norm", "_foreach_mul_", "_foreach_sub_",
-        "_foreach_clamp_min_")
-ROWS = 7  # max, -min, norm, |x|_1, |relu(-x)|_1, non-finite count, float64 norm
+        "_foreach_clamp_min_", "_foreach_add_")
+ROWS = 7  # max, -min, norm, |relu(x)|_1, |relu(-x)|_1, non-finite count, float64 norm
 _F64 = torch.float64
 
 
@@ -63,15 +63,16 @@ def _stats(x: list[torch.Tensor]) -> torch.Tensor:
     t = torch._foreach_neg(x)  # the temporary: -x
     negmins = torch._foreach_max(t)
     norms = torch._foreach_norm(x)
-    abs_sums = torch._foreach_norm(x, 1, dtype=_F64)
     wide = torch._foreach_norm(x, 2, dtype=_F64)
     torch._foreach_mul_(t, 0.0)  # 0 where finite, NaN where not
     bad = torch._foreach_norm(t, 0, dtype=_F64)
     torch._foreach_sub_(t, x)  # -x (NaN where not finite: those take their sum from min/max)
     torch._foreach_clamp_min_(t, 0.0)
     neg_sums = torch._foreach_norm(t, 1, dtype=_F64)
+    torch._foreach_add_(t, x)  # relu(-x) + x: relu(x), exactly
+    pos_sums = torch._foreach_norm(t, 1, dtype=_F64)
     own = torch.stack([*maxs, *negmins, *norms]).to(_F64)
-    wide64 = torch.stack([*abs_sums, *neg_sums, *bad, *wide])
+    wide64 = torch.stack([*pos_sums, *neg_sums, *bad, *wide])
     return torch.cat([own, wide64]).view(ROWS, len(x))
 
 
@@ -79,15 +80,16 @@ _HALF = struct.Struct("e")
 _SINGLE = struct.Struct("f")
 
 
-def total(abs_sum: float, neg_sum: float, lo: float, hi: float, dtype: torch.dtype) -> float:
+def total(pos_sum: float, neg_sum: float, lo: float, hi: float, dtype: torch.dtype) -> float:
     """A tensor's sum from its row of ``stats``, as the dtype's own sum would read: the float64
     sum rounded to the dtype, unless it is past the dtype's range (there the host path's sum
-    overflows and is redone in float64, which this is). Non-finite tensors: from min and max."""
+    overflows and is redone in float64, which this is). Non-finite tensors: from min and max.
+    Not finite for finite values only where one sign's values add up past float64's range."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         if lo != lo or hi != hi or (hi == math.inf and lo == -math.inf):
             return math.nan
         return math.inf if hi == math.inf else -math.inf
-    value = abs_sum - 2.0 * neg_sum
+    value = pos_sum - neg_sum
     if not math.isfinite(value):
         return value
     try:
@@ -115,6 +117,6 @@ def _bfloat16(value: float) -> float:
 
 def summary_row(host: list[list[float]], j: int, dtype: torch.dtype) -> tuple[Any, ...]:
     """(min, max, norm, sum, non-finite count, float64 norm) of column ``j`` of a read block."""
-    hi, negmin, norm, abs_sum, neg_sum, bad, wide = (row[j] for row in host)
+    hi, negmin, norm, pos_sum, neg_sum, bad, wide = (row[j] for row in host)
     lo = -negmin
-    return lo, hi, norm, total(abs_sum, neg_sum, lo, hi, dtype), bad, wide
+    return lo, hi, norm, total(pos_sum, neg_sum, lo, hi, dtype), bad, wide
