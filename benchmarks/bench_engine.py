@@ -23,9 +23,10 @@ CPU, the reads ``backstep.engine.transfers`` counts with the device path forced 
 (``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
 recorded pass makes at most ceil(nodes / 256) + 4.
 Summary ops per node: the aten ops a recorded pass dispatches inside ``SummaryBatch`` (counted
-by a ``TorchDispatchMode``, the device path forced on, on CPU) over the pass's nodes: what a GPU
-pays in kernel launches, counted where no GPU is. On CPU the large workload is gpt2's shapes
-(``--ops-layers`` of its 12 blocks: each block dispatches alike).
+by a ``TorchDispatchMode``; on CPU with the device path forced on) over the pass's graph nodes:
+what a GPU pays in kernel launches (and views), counted where no GPU is. On CPU the second
+workload is gpt2's shapes (``--ops-layers`` of its 12 blocks: each block dispatches alike);
+``--ops-only`` prints just these rows. Target: a quarter of the count before grouped reductions.
 Forward after trace: the thread CPU time of a forward that follows a recorded backward (as every
 forward under ``backstep trace --no-source`` does) over one that follows a plain backward.
 Peak RSS is measured in child processes (trace vs plain, same iterations); on CUDA, the peak GPU
@@ -128,6 +129,9 @@ def _floor_backward(loss: torch.Tensor, floor: str) -> None:
 
 
 NO_EVENTS = "ablation: trace, no events"
+# summary ops per node before grouped reductions (95191fe, CPU, device path forced on; gpt2 with
+# 2 of its 12 blocks): the target is a quarter of these
+OPS_BEFORE = {"worst": 3.089, "small": 3.089, "gpt2": 28.158}
 FLOORS = {"floor: empty hooks": "empty", "floor: hooks": "keep",
           "floor: hooks + reductions": "reduce"}
 
@@ -241,14 +245,14 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def summary_ops(name: str, layers: int | None = None) -> tuple[int, int]:
-    """(aten ops dispatched for summaries, nodes) of one recorded pass on CPU with the device
-    path forced on: the summary kernels a GPU would launch, counted without one."""
+def summary_ops(name: str, layers: int | None = None, device: str = "cpu") -> tuple[int, int]:
+    """(aten ops dispatched for summaries, nodes) of one recorded pass: on CPU with the device
+    path forced on, the summary kernels a GPU would launch, counted without one."""
     from backstep.engine.summary import batch as summary_batch
 
     builder = WORKLOADS[name]
-    model, make_loss = (builder(device="cpu") if layers is None
-                        else builder(layers=layers, device="cpu"))
+    model, make_loss = (builder(device=device) if layers is None
+                        else builder(layers=layers, device=device))
     make_loss().backward()  # warm: the first pass allocates what later ones reuse
     model.zero_grad(set_to_none=True)
     loss = make_loss()
@@ -270,7 +274,7 @@ def summary_ops(name: str, layers: int | None = None) -> tuple[int, int]:
 
     for m, method in originals.items():
         setattr(cls, m, counted(method))
-    summary_device.FORCE = True
+    summary_device.FORCE = device == "cpu"
     capture.install()
     try:
         with counter:
@@ -344,11 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.workload and name != args.workload:
             continue
         ops_name = "gpt2" if device == "cpu" and name == "realistic" else name
-        layers = args.ops_layers or None if ops_name == "gpt2" else None
-        ops, nodes = summary_ops(ops_name, layers)
+        layers = args.ops_layers or None if ops_name == "gpt2" and device == "cpu" else None
+        ops, nodes = summary_ops(ops_name, layers, device)
         label = "summary ops/node" if ops_name == name else f"summary ops/node ({ops_name})"
+        ops_target = OPS_BEFORE[ops_name] / 4
+        ops_row = (name, label, ops / nodes, ops_target, ops / nodes <= ops_target)
         if args.ops_only:
-            rows.append((name, label, ops / nodes, None, None))
+            rows.append(ops_row)
             continue
         times = time_modes(name, reps, device)
         plain = times["plain"]
@@ -367,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             count, nodes = host_transfers(name, mode, device)
             bound = math.ceil(nodes / 256) + 4
             rows.append((name, f"{mode} host transfers", count, bound, count <= bound))
-        rows.append((name, label, ops / nodes, None, None))
+        rows.append(ops_row)
         if device == "cuda":
             base, traced = peak_gpu(name, "plain"), peak_gpu(name, "trace")
             ratio = traced / base if base else 1.0
