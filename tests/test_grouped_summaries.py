@@ -131,9 +131,12 @@ class _Ops(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.names: list[str] = []
+        self.ords: list[Any] = []  # the ord of each _foreach_norm
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.names.append(str(func))
+        if "_foreach_norm" in str(func):
+            self.ords.append(args[1] if len(args) > 1 else 2)
         return func(*args, **(kwargs or {}))
 
 
@@ -149,9 +152,15 @@ def test_a_grouped_block_costs_the_same_kernels_for_any_number_of_tensors(
     few = [torch.randn(50, 40) for _ in range(3)]
     many = [torch.randn(50, 40) for _ in range(60)] + [torch.randn(30).t() for _ in range(20)]
     assert _block_ops(few) == _block_ops(many)
-    assert len(_block_ops(many)) <= 18  # 12 multi-tensor kernels, the rest stacks and views
+    assert len(_block_ops(many)) <= 19  # 13 multi-tensor kernels, the rest stacks and views
+    # every reduction is a _foreach_ norm or max, with ords CUDA's multi-tensor route takes
+    kernels = [name for name in _block_ops(many) if "_foreach" in name]
+    assert len(kernels) == 13 and "aten.linalg_vector_norm.default" not in _block_ops(many)
+    with _Ops() as ops:
+        summary_device.reduce(many, list(range(len(many))), [{}] * len(many), held=True)
+    assert set(ops.ords) <= {1, 2}, "an ord-0 norm launches per tensor on CUDA"
     mixed = many + [torch.randn(40, 50)[:, :7] for _ in range(10)]  # strided: a second call
-    assert len(_block_ops(mixed)) <= 2 * 18 + 3
+    assert len(_block_ops(mixed)) <= 2 * 19 + 3
     summary_device.GROUPED = False
     assert len(_block_ops(many)) >= 2 * len(many), "the per-tensor path launches per tensor"
 

@@ -336,7 +336,7 @@ def _fill_grouped(b: Block, rows: list[list[float]], small_values: list[float],
     dtype = b.dtype
     pos = 0
     for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
-        lo, hi, norm, total, bad, wide = grouped.summary_row(rows, j, dtype)
+        lo, hi, norm, total, bad, wide = grouped.summary_row(rows, j, n, dtype)
         finite = math.isfinite(lo) and math.isfinite(hi)
         if finite and not math.isfinite(norm):
             norm = wide  # a finite tensor's norm past its dtype: the host path's float64 redo

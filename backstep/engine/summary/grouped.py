@@ -13,11 +13,14 @@ tensors ``x`` is reduced as (each line one ``_foreach_*`` call over the whole gr
   figure that is not the per-tensor kernel's: it is added up in another order (like any CUDA
   sum), so a mean's last digit may differ from the host path's, within the documented
   reduction-order tolerance. A tensor with a NaN or an Inf has its sum from its min and max;
-- non-finite count: the L0 norm of ``x * 0`` (NaN exactly where ``x`` is not finite), in
-  float64: exact at any size.
+- non-finite count: ``n`` less the L1 norm of ``sign(x * 0 + 1)`` (``x * 0`` is NaN exactly
+  where ``x`` is not finite, and ``sign(NaN)`` is 0 on CPU and CUDA alike), so every kernel is one
+  that CUDA's multi-tensor fast route takes (an L0 norm is not: it launches per tensor); exact
+  while a tensor has at most 2^24 values (CUDA accumulates the norm in float32; CPU in float64),
+  which a held block's tensors always do.
 
-The one temporary is ``-x`` (reused for ``x * 0`` and ``relu(-x)`` in place): as many bytes as
-the group. A group's tensors go in at most two calls each: dense ones (CUDA's multi-tensor
+The one temporary is ``-x``, reused in place for ``relu(-x)``, ``relu(x)`` and the count: as
+many bytes as the group. A group's tensors go in at most two calls each: dense ones (CUDA's multi-tensor
 fast route takes only non-overlapping, dense tensors) and the rest. ``available`` says whether
 this torch has every op; without one, ``summary.device`` reduces per tensor as before.
 """
@@ -30,9 +33,9 @@ from typing import Any
 
 import torch
 
-_OPS = ("_foreach_max", "_foreach_neg", "_foreach_norm", "_foreach_mul_", "_foreach_sub_",
-        "_foreach_clamp_min_", "_foreach_add_")
-ROWS = 7  # max, -min, norm, |relu(x)|_1, |relu(-x)|_1, non-finite count, float64 norm
+_OPS = ("_foreach_max", "_foreach_neg", "_foreach_norm", "_foreach_mul_", "_foreach_add_",
+        "_foreach_clamp_min_", "_foreach_sign_")
+ROWS = 7  # max, -min, norm, |relu(x)|_1, |relu(-x)|_1, finite count, float64 norm
 _F64 = torch.float64
 
 
@@ -60,19 +63,22 @@ def stats(reps: list[torch.Tensor], dense: list[bool]) -> torch.Tensor:
 def _stats(x: list[torch.Tensor]) -> torch.Tensor:
     """``stats`` of one list that a multi-tensor kernel takes whole: (ROWS, len(x))."""
     maxs = torch._foreach_max(x)
-    t = torch._foreach_neg(x)  # the temporary: -x
-    negmins = torch._foreach_max(t)
     norms = torch._foreach_norm(x)
     wide = torch._foreach_norm(x, 2, dtype=_F64)
-    torch._foreach_mul_(t, 0.0)  # 0 where finite, NaN where not
-    bad = torch._foreach_norm(t, 0, dtype=_F64)
-    torch._foreach_sub_(t, x)  # -x (NaN where not finite: those take their sum from min/max)
-    torch._foreach_clamp_min_(t, 0.0)
+    t = torch._foreach_neg(x)  # the temporary: -x
+    negmins = torch._foreach_max(t)
+    torch._foreach_clamp_min_(t, 0.0)  # relu(-x)
     neg_sums = torch._foreach_norm(t, 1, dtype=_F64)
-    torch._foreach_add_(t, x)  # relu(-x) + x: relu(x), exactly
+    # relu(-x) + x: relu(x) exactly where x is finite; NaN where x is NaN or -Inf, Inf where Inf
+    # (a tensor that is not finite takes its sum from its min and max)
+    torch._foreach_add_(t, x)
     pos_sums = torch._foreach_norm(t, 1, dtype=_F64)
+    torch._foreach_mul_(t, 0.0)  # 0 where x is finite, NaN where not
+    torch._foreach_add_(t, 1.0)
+    torch._foreach_sign_(t)  # 1 where finite, 0 where not
+    finite = torch._foreach_norm(t, 1, dtype=_F64)
     own = torch.stack([*maxs, *negmins, *norms]).to(_F64)
-    wide64 = torch.stack([*pos_sums, *neg_sums, *bad, *wide])
+    wide64 = torch.stack([*pos_sums, *neg_sums, *finite, *wide])
     return torch.cat([own, wide64]).view(ROWS, len(x))
 
 
@@ -115,8 +121,9 @@ def _bfloat16(value: float) -> float:
     return out if math.isfinite(out) else value
 
 
-def summary_row(host: list[list[float]], j: int, dtype: torch.dtype) -> tuple[Any, ...]:
-    """(min, max, norm, sum, non-finite count, float64 norm) of column ``j`` of a read block."""
-    hi, negmin, norm, pos_sum, neg_sum, bad, wide = (row[j] for row in host)
+def summary_row(host: list[list[float]], j: int, n: int, dtype: torch.dtype) -> tuple[Any, ...]:
+    """(min, max, norm, sum, non-finite count, float64 norm) of column ``j`` of a read block,
+    for a tensor of ``n`` values."""
+    hi, negmin, norm, pos_sum, neg_sum, finite, wide = (row[j] for row in host)
     lo = -negmin
-    return lo, hi, norm, total(pos_sum, neg_sum, lo, hi, dtype), bad, wide
+    return lo, hi, norm, total(pos_sum, neg_sum, lo, hi, dtype), n - int(finite), wide
