@@ -107,7 +107,7 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
         j = unique.get(key) if key is not None else None
         if j is None:
             j = len(reps)
-            reps.append(t.detach())
+            reps.append(t)  # reduced under no_grad: no detach (an op each)
             if key is not None:
                 unique[key] = j
         owner.append(j)
@@ -130,7 +130,7 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
             parts.append(torch.stack([t.sum(dtype=torch.float32) for t in reps])
                          .to(torch.float64))
             rows = 7
-        small = [t.detach().reshape(-1) for t in tensors if t.numel() <= SMALL]
+        small = [t.reshape(-1) for t in tensors if t.numel() <= SMALL]
         if small:
             parts.append(torch.cat(small).to(torch.float64))
         data = torch.cat(parts)
@@ -176,12 +176,9 @@ def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
     """The exact non-finite count of ``t``, on its device, with a bounded temporary."""
     if t.numel() <= COUNT_CHUNK:
         return _count_piece(t)
-    total = None
-    for piece in slabs(t, COUNT_CHUNK):
-        part = _count_piece(piece)  # float32 for most: exact per piece, summed in float64
-        total = part.to(torch.float64) if total is None else total + part
-    assert total is not None
-    return total
+    # float32 for most: exact per piece (at most 2^24 values), added up in float64
+    return torch.stack([_count_piece(piece) for piece in slabs(t, COUNT_CHUNK)]).sum(
+        dtype=torch.float64)
 
 
 def _count_piece(t: torch.Tensor) -> torch.Tensor:
@@ -258,7 +255,8 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
                     results[slot] = _failed(dict(base), exc)
             continue
         redo: list[tuple[Block, int, int, list[float]]] = []
-        rounded: dict[int, torch.Tensor] = {}  # digits -> the whole read rounded (one go each)
+        rounded: dict[int, list[float]] = {}  # digits -> the whole read rounded (one go each)
+        values = host.tolist()  # one list, sliced per block: no tensor op per block
         offset = 0
         for b in device_blocks:
             size = b.data.numel()
@@ -266,9 +264,9 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
             shown = None
             if digits:
                 if digits not in rounded:
-                    rounded[digits] = _round_digits(host, digits)
+                    rounded[digits] = _round_digits(host, digits).tolist()
                 shown = rounded[digits][offset: offset + size]
-            _fill(b, host[offset: offset + size], shown, results, redo)
+            _fill(b, values[offset: offset + size], shown, results, redo)
             offset += size
         if redo:
             _redo_float64(redo, results)
@@ -279,7 +277,7 @@ def _failed(out: dict[str, Any], exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
+def _fill(b: Block, host: list[float], rounded: list[float] | None,
           results: list[dict[str, Any] | None],
           redo: list[tuple[Block, int, int, list[float]]]) -> None:
     """One block's summaries from its part of the read (``rounded``: the same part rounded to
@@ -287,14 +285,15 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
     from backstep.engine.rounding import _stat, put_extremes
     from backstep.engine.summary.format import _values
 
-    m = (host.numel() - b.small) // b.rows
-    rows = host[: b.rows * m].view(b.rows, m).tolist()
-    small_values = host[b.rows * m:].tolist()
+    m = (len(host) - b.small) // b.rows
+    rows = [host[r * m: (r + 1) * m] for r in range(b.rows)]
+    small_values = host[b.rows * m:]
     dtype = b.dtype
     if b.grouped:
         _fill_grouped(b, rows, small_values, results)
         return
-    shown = rounded[: 4 * m].view(4, m).tolist() if rounded is not None else rows[:4]
+    shown = ([rounded[r * m: (r + 1) * m] for r in range(4)] if rounded is not None
+             else rows[:4])
     mins, maxs, norm_list, sum_list, bad_list = rows[:5]
     pos = 0
     for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
