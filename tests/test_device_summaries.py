@@ -155,6 +155,7 @@ def test_overflow_on_arrival_is_said_not_hidden(device_path: None,
 def test_a_grouped_block_carries_its_float64_norm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summary_device, "FORCE", True)
     monkeypatch.setattr(summary_device, "HELD_BYTES", 300)  # held, then settled as a group
+    monkeypatch.setattr(summary_device, "GROUP_MIN", 1)
     items = [torch.full((70,), 1e30), torch.full((20,), 2e30), torch.ones(3)]
     batch = SummaryBatch()
     slots = [batch.add(t) for t in items]

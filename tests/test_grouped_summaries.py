@@ -73,6 +73,7 @@ def grouped_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summary_device, "FORCE", True)
     monkeypatch.setattr(summary_device, "GROUPED", True)
     monkeypatch.setattr(summary_device, "HELD_BYTES", 1 << 20)  # all of them in one group
+    monkeypatch.setattr(summary_device, "GROUP_MIN", 1)  # however few
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -163,6 +164,14 @@ def test_a_grouped_block_costs_the_same_kernels_for_any_number_of_tensors(
     assert len(_block_ops(mixed)) <= 2 * 19 + 3
     summary_device.GROUPED = False
     assert len(_block_ops(many)) >= 2 * len(many), "the per-tensor path launches per tensor"
+
+
+def test_a_block_of_few_tensors_is_reduced_per_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary_device, "GROUPED", True)
+    few = [torch.randn(50, 40) for _ in range(summary_device.GROUP_MIN - 1)]
+    grouped_op = "aten._foreach_max.default"
+    assert grouped_op not in _block_ops(few), "fewer ops per tensor than a grouped block"
+    assert grouped_op in _block_ops(few + [torch.randn(3)])
 
 
 def test_a_torch_without_the_multi_tensor_ops_takes_the_per_tensor_path(

@@ -23,9 +23,9 @@ more read for that batch); a float16 tensor reduced on arrival has its fallback 
 float32 in advance, and any other one (values near 1e19 and above: a diverged model) says so in
 a ``note`` rather than keep a large gradient alive or pay a float64 copy of it.
 
-Where this torch has the multi-tensor ops (``summary.grouped``), a block of at most
-``HELD_BYTES`` is reduced in a fixed number of ``torch._foreach_*`` kernels however many
-tensors it has (``GROUPED``): no per-tensor launch but one view per 0-d small tensor; its sums
+Where this torch has the multi-tensor ops (``summary.grouped``), a block of at least
+``GROUP_MIN`` tensors and at most ``HELD_BYTES`` is reduced in a fixed number of
+``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch but one view per 0-d small tensor; its sums
 are added up in another order (see there) and its float64 norms come with it, so a grouped
 block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
 than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
@@ -48,6 +48,9 @@ from backstep.engine.summary.format import slabs
 
 FORCE = False  # treat CPU tensors as accelerator tensors (tests, benchmarks)
 GROUPED = grouped.available()  # blocks reduced by ``summary.grouped`` (else per tensor)
+# fewer tensors than this cost fewer ops per tensor (aminmax, sum: ~3 each, ~6 shared) than
+# grouped (~19 whatever the number): counted with bench_engine's summary-op rows
+GROUP_MIN = 4
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
 COUNT_CHUNK = 1 << 21  # elements per non-finite count step of an arriving tensor (temp)
 
@@ -96,7 +99,8 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
     from backstep.engine.summary.format import SMALL
     from backstep.engine.summary.host import memory_key as _memory_key
 
-    if GROUPED and sum(t.numel() for t in tensors) * tensors[0].dtype.itemsize <= HELD_BYTES:
+    if (GROUPED and len(tensors) >= GROUP_MIN
+            and sum(t.numel() for t in tensors) * tensors[0].dtype.itemsize <= HELD_BYTES):
         return _reduce_grouped(tensors, slots, bases)  # its temporary: the group's size
     dtype = tensors[0].dtype
     unique: dict[tuple, int] = {}
