@@ -168,7 +168,8 @@ def _reduce_grouped(tensors: list[torch.Tensor], slots: list[int],
         if n <= SMALL:
             small.append(t if t.dim() else t.view(1))
     with torch.no_grad():
-        data = grouped.stats(reps, dense)
+        data, column = grouped.stats(reps, dense)
+        owner = [column[j] for j in owner]
         if small:
             values = torch._chunk_cat(small, 0, 1).view(-1)
             data = torch.cat([data, values.to(torch.float64)])

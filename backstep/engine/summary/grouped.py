@@ -44,9 +44,10 @@ def available() -> bool:
     return all(hasattr(torch, name) for name in _OPS)
 
 
-def stats(reps: list[torch.Tensor], dense: list[bool]) -> torch.Tensor:
+def stats(reps: list[torch.Tensor], dense: list[bool]) -> tuple[torch.Tensor, list[int]]:
     """The ``ROWS`` x ``len(reps)`` float64 statistics of same-dtype, same-device tensors with
-    elements, as one flat tensor (row-major); nothing is read."""
+    elements, as one flat tensor (row-major), and the column of each of ``reps`` (the dense
+    ones come first); nothing is read."""
     parts: list[torch.Tensor] = []
     order: list[int] = []
     for want in (True, False):
@@ -55,9 +56,10 @@ def stats(reps: list[torch.Tensor], dense: list[bool]) -> torch.Tensor:
             order += picked
             parts.append(_stats([reps[k] for k in picked]))
     data = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-    if order != sorted(order):
-        data = data[:, torch.tensor(sorted(range(len(order)), key=order.__getitem__))]
-    return data.reshape(-1)
+    column = [0] * len(order)
+    for c, k in enumerate(order):
+        column[k] = c
+    return data.reshape(-1), column
 
 
 def _stats(x: list[torch.Tensor]) -> torch.Tensor:
