@@ -25,9 +25,9 @@ a ``note`` rather than keep a large gradient alive or pay a float64 copy of it.
 
 Where this torch has the multi-tensor ops (``summary.grouped``), a block of at least
 ``GROUP_MIN`` tensors and at most ``HELD_BYTES`` is reduced in a fixed number of
-``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch but one view per 0-d small tensor; its sums
-are added up in another order (see there) and its float64 norms come with it, so a grouped
-block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
+``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch,
+only a view of each 0-d small tensor; its sums are added up in another order (see there) and
+its float64 norms come with it, so a grouped block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
 than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
 per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
 

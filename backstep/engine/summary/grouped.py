@@ -13,16 +13,17 @@ tensors ``x`` is reduced as (each line one ``_foreach_*`` call over the whole gr
   figure that is not the per-tensor kernel's: it is added up in another order (like any CUDA
   sum), so a mean's last digit may differ from the host path's, within the documented
   reduction-order tolerance. A tensor with a NaN or an Inf has its sum from its min and max;
-- non-finite count: ``n`` less the L1 norm of ``sign(x * 0 + 1)`` (``x * 0`` is NaN exactly
-  where ``x`` is not finite, and ``sign(NaN)`` is 0 on CPU and CUDA alike), so every kernel is one
-  that CUDA's multi-tensor fast route takes (an L0 norm is not: it launches per tensor); exact
-  while a tensor has at most 2^24 values (CUDA accumulates the norm in float32; CPU in float64),
-  which a held block's tensors always do.
+- non-finite count: ``n`` less the L1 norm of ``sign(x * 0 + 1)``: ``x * 0`` is NaN exactly
+  where ``x`` is not finite, and ``sign(NaN)`` is 0 (measured on CPU; CUDA's kernel computes
+  ``(0 < a) - (a < 0)`` too, to be checked on a GPU). So every kernel is one that CUDA's
+  multi-tensor fast route takes (an L0 norm is not: it launches per tensor). Exact while a
+  tensor has at most 2^24 values even if the norm adds up in float32, which a held block's
+  tensors always do.
 
 The one temporary is ``-x``, reused in place for ``relu(-x)``, ``relu(x)`` and the count: as
-many bytes as the group. A group's tensors go in at most two calls each: dense ones (CUDA's multi-tensor
-fast route takes only non-overlapping, dense tensors) and the rest. ``available`` says whether
-this torch has every op; without one, ``summary.device`` reduces per tensor as before.
+many bytes as the group. A group's tensors go in at most two calls each: dense ones (CUDA's
+multi-tensor fast route takes only non-overlapping, dense tensors) and the rest. ``available``
+says whether this torch has every op; without one, ``summary.device`` reduces per tensor.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 
 _OPS = ("_foreach_max", "_foreach_neg", "_foreach_norm", "_foreach_mul_", "_foreach_add_",
-        "_foreach_clamp_min_", "_foreach_sign_")
+        "_foreach_clamp_min_", "_foreach_sign_", "_chunk_cat")  # _chunk_cat: small values
 ROWS = 7  # max, -min, norm, |relu(x)|_1, |relu(-x)|_1, finite count, float64 norm
 _F64 = torch.float64
 
