@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the workloads run (cuda: small + gpt2)")
     parser.add_argument("--ops-only", action="store_true",
-                        help="only the summary-op counts (CPU, no timing)")
+                        help="only the summary-op counts (no timing)")
     parser.add_argument("--ops-layers", type=int, default=2,
                         help="gpt2 blocks for the CPU summary-op count (of 12; 0: all)")
     parser.add_argument("--workload", choices=sorted(WORKLOADS),
