@@ -22,6 +22,11 @@ Host transfers per pass: on CUDA, the syncs counted by ``torch.cuda.set_sync_deb
 CPU, the reads ``backstep.engine.transfers`` counts with the device path forced on
 (``summary_device.FORCE``, ``device_checks.FORCE``): the reads a GPU would sync on. Bound: a
 recorded pass makes at most ceil(nodes / 256) + 4.
+Summary ops per node: the aten ops a recorded pass dispatches inside ``SummaryBatch`` (counted
+by a ``TorchDispatchMode``; on CPU with the device path forced on) over the pass's graph nodes:
+what a GPU pays in kernel launches (and views), counted where no GPU is. On CPU the second
+workload is gpt2's shapes (``--ops-layers`` of its 12 blocks: each block dispatches alike);
+``--ops-only`` prints just these rows. Target: a quarter of the count before grouped reductions.
 Forward after trace: the thread CPU time of a forward that follows a recorded backward (as every
 forward under ``backstep trace --no-source`` does) over one that follows a plain backward.
 Peak RSS is measured in child processes (trace vs plain, same iterations); on CUDA, the peak GPU
@@ -43,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from workloads import gpt2, gpt_realistic, transformer_worst_case  # noqa: E402
@@ -123,6 +129,9 @@ def _floor_backward(loss: torch.Tensor, floor: str) -> None:
 
 
 NO_EVENTS = "ablation: trace, no events"
+# summary ops per node before grouped reductions (95191fe, CPU, device path forced on; gpt2 with
+# 2 of its 12 blocks): the target is a quarter of these
+OPS_BEFORE = {"worst": 3.089, "small": 3.089, "gpt2": 28.158}
 FLOORS = {"floor: empty hooks": "empty", "floor: hooks": "keep",
           "floor: hooks + reductions": "reduce"}
 
@@ -222,6 +231,62 @@ def host_transfers(name: str, mode: str, device: str) -> tuple[int, int]:
     return count, nodes
 
 
+class _OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched while ``depth`` > 0 (inside a summary method)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.depth:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def summary_ops(name: str, layers: int | None = None, device: str = "cpu") -> tuple[int, int]:
+    """(aten ops dispatched for summaries, nodes) of one recorded pass: on CPU with the device
+    path forced on, the summary kernels a GPU would launch, counted without one."""
+    from backstep.engine.summary import batch as summary_batch
+
+    builder = WORKLOADS[name]
+    model, make_loss = (builder(device=device) if layers is None
+                        else builder(layers=layers, device=device))
+    make_loss().backward()  # warm: the first pass allocates what later ones reuse
+    model.zero_grad(set_to_none=True)
+    loss = make_loss()
+    nodes = len(_walk(loss.grad_fn))
+    capture = _capture("trace")
+    assert capture is not None
+    counter = _OpCounter()
+    cls = summary_batch.SummaryBatch
+    originals = {m: getattr(cls, m) for m in ("add", "settle", "compute")}
+
+    def counted(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            counter.depth += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                counter.depth -= 1
+        return run
+
+    for m, method in originals.items():
+        setattr(cls, m, counted(method))
+    summary_device.FORCE = device == "cpu"
+    capture.install()
+    try:
+        with counter:
+            loss.backward()
+    finally:
+        capture.uninstall()
+        summary_device.FORCE = False
+        for m, method in originals.items():
+            setattr(cls, m, method)
+    return counter.ops, nodes
+
+
 def peak_gpu(name: str, mode: str) -> int:
     """Peak GPU memory (bytes) of one backward over what its forward left allocated."""
     model, make_loss = WORKLOADS[name](device="cuda")
@@ -266,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the workloads run (cuda: small + gpt2)")
+    parser.add_argument("--ops-only", action="store_true",
+                        help="only the summary-op counts (no timing)")
+    parser.add_argument("--ops-layers", type=int, default=2,
+                        help="gpt2 blocks for the CPU summary-op count (of 12; 0: all)")
     parser.add_argument("--workload", choices=sorted(WORKLOADS),
                         help="only this workload (default: both of the device's)")
     args = parser.parse_args(argv)
@@ -277,6 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, str, float, float | None, bool | None]] = []
     for column, name in enumerate(COLUMNS[device]):
         if args.workload and name != args.workload:
+            continue
+        ops_name = "gpt2" if device == "cpu" and name == "realistic" else name
+        layers = args.ops_layers or None if ops_name == "gpt2" and device == "cpu" else None
+        ops, nodes = summary_ops(ops_name, layers, device)
+        label = "summary ops/node" if ops_name == name else f"summary ops/node ({ops_name})"
+        ops_target = OPS_BEFORE[ops_name] / 4
+        ops_row = (name, label, ops / nodes, ops_target, ops / nodes <= ops_target)
+        if args.ops_only:
+            rows.append(ops_row)
             continue
         times = time_modes(name, reps, device)
         plain = times["plain"]
@@ -295,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             count, nodes = host_transfers(name, mode, device)
             bound = math.ceil(nodes / 256) + 4
             rows.append((name, f"{mode} host transfers", count, bound, count <= bound))
+        rows.append(ops_row)
         if device == "cuda":
             base, traced = peak_gpu(name, "plain"), peak_gpu(name, "trace")
             ratio = traced / base if base else 1.0

@@ -23,6 +23,14 @@ more read for that batch); a float16 tensor reduced on arrival has its fallback 
 float32 in advance, and any other one (values near 1e19 and above: a diverged model) says so in
 a ``note`` rather than keep a large gradient alive or pay a float64 copy of it.
 
+Where this torch has the multi-tensor ops (``summary.grouped``), a block of at least
+``GROUP_MIN`` tensors and at most ``HELD_BYTES`` is reduced in a fixed number of
+``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch,
+only a view of each 0-d small tensor; its sums are added up in another order (see there) and
+its float64 norms come with it, so a grouped block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
+than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
+per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+
 ``FORCE`` runs CPU tensors through this path too, so tests exercise it without a GPU.
 """
 
@@ -35,9 +43,14 @@ from typing import Any
 import torch
 
 from backstep.engine import transfers
+from backstep.engine.summary import grouped
 from backstep.engine.summary.format import slabs
 
 FORCE = False  # treat CPU tensors as accelerator tensors (tests, benchmarks)
+GROUPED = grouped.available()  # blocks reduced by ``summary.grouped`` (else per tensor)
+# fewer tensors than this cost fewer ops per tensor (aminmax, sum: ~3 each, ~6 shared) than
+# grouped (~19 whatever the number): counted with bench_engine's summary-op rows
+GROUP_MIN = 4
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
 COUNT_CHUNK = 1 << 21  # elements per non-finite count step of an arriving tensor (temp)
 
@@ -56,11 +69,12 @@ class Block:
     """
 
     __slots__ = ("dtype", "slots", "owner", "numels", "bases", "small", "rows", "data",
-                 "tensors")
+                 "tensors", "grouped")
 
     def __init__(self, dtype: torch.dtype, slots: list[int], owner: list[int],
                  numels: list[int], bases: list[dict[str, Any]], small: int, rows: int,
-                 data: torch.Tensor, tensors: list[torch.Tensor] | None) -> None:
+                 data: torch.Tensor, tensors: list[torch.Tensor] | None,
+                 grouped: bool = False) -> None:
         self.dtype = dtype
         self.slots = slots
         self.owner = owner
@@ -70,6 +84,7 @@ class Block:
         self.rows = rows
         self.data = data
         self.tensors = tensors  # held tensors (for the float64 redo); None once settled
+        self.grouped = grouped  # rows as ``summary.grouped.stats`` lays them out
 
 
 def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, Any]],
@@ -84,6 +99,9 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
     from backstep.engine.summary.format import SMALL
     from backstep.engine.summary.host import memory_key as _memory_key
 
+    if (GROUPED and len(tensors) >= GROUP_MIN
+            and sum(t.numel() for t in tensors) * tensors[0].dtype.itemsize <= HELD_BYTES):
+        return _reduce_grouped(tensors, slots, bases)  # its temporary: the group's size
     dtype = tensors[0].dtype
     unique: dict[tuple, int] = {}
     reps: list[torch.Tensor] = []
@@ -93,7 +111,7 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
         j = unique.get(key) if key is not None else None
         if j is None:
             j = len(reps)
-            reps.append(t.detach())
+            reps.append(t)  # reduced under no_grad: no detach (an op each)
             if key is not None:
                 unique[key] = j
         owner.append(j)
@@ -116,7 +134,7 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
             parts.append(torch.stack([t.sum(dtype=torch.float32) for t in reps])
                          .to(torch.float64))
             rows = 7
-        small = [t.detach().reshape(-1) for t in tensors if t.numel() <= SMALL]
+        small = [t.reshape(-1) for t in tensors if t.numel() <= SMALL]
         if small:
             parts.append(torch.cat(small).to(torch.float64))
         data = torch.cat(parts)
@@ -124,16 +142,48 @@ def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, 
                  sum(s.numel() for s in small), rows, data, list(tensors) if held else None)
 
 
+def _reduce_grouped(tensors: list[torch.Tensor], slots: list[int],
+                    bases: list[dict[str, Any]]) -> Block:
+    """``reduce`` in a fixed number of multi-tensor kernels (``summary.grouped``); the block
+    holds nothing: its float64 norms are computed with it."""
+    from backstep.engine.summary.format import SMALL
+    from backstep.engine.summary.host import memory_key as _memory_key
+
+    unique: dict[tuple, int] = {}
+    reps: list[torch.Tensor] = []
+    dense: list[bool] = []
+    owner: list[int] = []
+    small: list[torch.Tensor] = []
+    for t in tensors:
+        n = t.numel()
+        key = _memory_key(t)
+        j = unique.get(key) if key is not None and n > SMALL else None
+        if j is None:
+            j = len(reps)
+            reps.append(t)
+            dense.append(key is not None)
+            if key is not None and n > SMALL:
+                unique[key] = j
+        owner.append(j)
+        if n <= SMALL:
+            small.append(t if t.dim() else t.view(1))
+    with torch.no_grad():
+        data, column = grouped.stats(reps, dense)
+        owner = [column[j] for j in owner]
+        if small:
+            values = torch._chunk_cat(small, 0, 1).view(-1)
+            data = torch.cat([data, values.to(torch.float64)])
+    return Block(tensors[0].dtype, slots, owner, [t.numel() for t in tensors], bases,
+                 sum(s.numel() for s in small), grouped.ROWS, data, None, grouped=True)
+
+
 def count_nonfinite(t: torch.Tensor) -> torch.Tensor:
     """The exact non-finite count of ``t``, on its device, with a bounded temporary."""
     if t.numel() <= COUNT_CHUNK:
         return _count_piece(t)
-    total = None
-    for piece in slabs(t, COUNT_CHUNK):
-        part = _count_piece(piece)  # float32 for most: exact per piece, summed in float64
-        total = part.to(torch.float64) if total is None else total + part
-    assert total is not None
-    return total
+    # float32 for most: exact per piece (at most 2^24 values), added up in float64
+    return torch.stack([_count_piece(piece) for piece in slabs(t, COUNT_CHUNK)]).sum(
+        dtype=torch.float64)
 
 
 def _count_piece(t: torch.Tensor) -> torch.Tensor:
@@ -210,17 +260,18 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
                     results[slot] = _failed(dict(base), exc)
             continue
         redo: list[tuple[Block, int, int, list[float]]] = []
-        rounded: dict[int, torch.Tensor] = {}  # digits -> the whole read rounded (one go each)
+        rounded: dict[int, list[float]] = {}  # digits -> the whole read rounded (one go each)
+        values = host.tolist()  # one list, sliced per block: no tensor op per block
         offset = 0
         for b in device_blocks:
             size = b.data.numel()
-            digits = DIGITS.get(b.dtype)
+            digits = None if b.grouped else DIGITS.get(b.dtype)
             shown = None
             if digits:
                 if digits not in rounded:
-                    rounded[digits] = round_digits(host, digits)
+                    rounded[digits] = round_digits(host, digits).tolist()
                 shown = rounded[digits][offset: offset + size]
-            _fill(b, host[offset: offset + size], shown, results, redo)
+            _fill(b, values[offset: offset + size], shown, results, redo)
             offset += size
         if redo:
             _redo_float64(redo, results)
@@ -231,7 +282,7 @@ def _failed(out: dict[str, Any], exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
+def _fill(b: Block, host: list[float], rounded: list[float] | None,
           results: list[dict[str, Any] | None],
           redo: list[tuple[Block, int, int, list[float]]]) -> None:
     """One block's summaries from its part of the read (``rounded``: the same part rounded to
@@ -239,11 +290,15 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
     from backstep.engine.rounding import put_extremes, stat_value
     from backstep.engine.summary.format import value_list
 
-    m = (host.numel() - b.small) // b.rows
-    rows = host[: b.rows * m].view(b.rows, m).tolist()
-    small_values = host[b.rows * m:].tolist()
+    m = (len(host) - b.small) // b.rows
+    rows = [host[r * m: (r + 1) * m] for r in range(b.rows)]
+    small_values = host[b.rows * m:]
     dtype = b.dtype
-    shown = rounded[: 4 * m].view(4, m).tolist() if rounded is not None else rows[:4]
+    if b.grouped:
+        _fill_grouped(b, rows, small_values, results)
+        return
+    shown = ([rounded[r * m: (r + 1) * m] for r in range(4)] if rounded is not None
+             else rows[:4])
     mins, maxs, norm_list, sum_list, bad_list = rows[:5]
     pos = 0
     for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
@@ -272,6 +327,32 @@ def _fill(b: Block, host: torch.Tensor, rounded: torch.Tensor | None,
         out["nonfinite"] = 0 if finite else int(bad_list[j])
         if values is not None:
             out["values"] = values
+        results[slot] = out
+
+
+def _fill_grouped(b: Block, rows: list[list[float]], small_values: list[float],
+                  results: list[dict[str, Any] | None]) -> None:
+    """``_fill`` of a block from ``summary.grouped``: each figure rounded alone (``stat_value``), as
+    the host path writes the few that it does not round in bulk (same numbers)."""
+    from backstep.engine.rounding import put_extremes, stat_value
+    from backstep.engine.summary.format import value_list
+
+    dtype = b.dtype
+    pos = 0
+    for k, (slot, j, n) in enumerate(zip(b.slots, b.owner, b.numels, strict=True)):
+        lo, hi, norm, total, bad, wide = grouped.summary_row(rows, j, n, dtype)
+        finite = math.isfinite(lo) and math.isfinite(hi)
+        if finite and not math.isfinite(norm):
+            norm = wide  # a finite tensor's norm past its dtype: the host path's float64 redo
+        out = dict(b.bases[k])
+        put_extremes(out, None, lo, hi, norm, dtype)
+        out["mean"] = stat_value(total / n, dtype)
+        out["nonfinite"] = 0 if finite else int(bad)
+        if finite and not math.isfinite(total):
+            out["note"] = "sum overflowed float64 on the device"
+        if n <= 16:
+            out["values"] = value_list(small_values[pos: pos + n], dtype)
+            pos += n
         results[slot] = out
 
 

@@ -64,9 +64,7 @@ def slabs(t: torch.Tensor, limit: int = CHUNK) -> Iterator[torch.Tensor]:
         return
     p = t.permute(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
     if p.is_contiguous():
-        flat = p.view(-1)
-        for start in range(0, flat.numel(), limit):
-            yield flat[start: start + limit]
+        yield from p.view(-1).split(limit)  # one op for every piece (each a view, as slices)
         return
     rows = p.shape[0]
     per = p.numel() // rows
