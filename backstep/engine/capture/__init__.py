@@ -129,6 +129,10 @@ class Capture(Hooks, Output, TensorValues):
         _engine_run_backward.__backstep__ = True  # type: ignore[attr-defined]
         self._original = original
         torch.autograd._engine_run_backward = _engine_run_backward
+        # a warning raised inside backward counts its stacklevel without these two frames
+        from backstep.engine.provenance import warnings as provenance_warnings
+
+        provenance_warnings.install()
         self.regions.install()
         self._original_retain = torch.Tensor.__dict__.get("retain_grad")
         base_retain = torch.Tensor.retain_grad
@@ -147,6 +151,9 @@ class Capture(Hooks, Output, TensorValues):
         self.regions.uninstall()
         torch.autograd._engine_run_backward = self._original
         self._original = None
+        from backstep.engine.provenance import warnings as provenance_warnings
+
+        provenance_warnings.uninstall()
         if self._original_retain is None:
             try:
                 del torch.Tensor.retain_grad
