@@ -70,6 +70,7 @@ def _run(batched: bool, set_off: bool) -> list[dict[str, Any]]:
 
         doctor._manual.accumulate = accumulate  # type: ignore[method-assign]
     _feed(doctor, _passes(), batched)
+    doctor.emit({"event": "exit", "code": 0, "traceback": None})  # retain_graph is judged here
     return recorder.events
 
 

@@ -66,6 +66,63 @@ WARNINGS = """\
     print(x.grad.sum().item())
 """
 
+WARNINGS_IN_BACKWARD = """\
+    import warnings
+
+    import torch
+    import torch.nn as nn
+
+
+    def tensor_hook(level):
+        def hook(grad):
+            warnings.warn(f"tensor hook level {level}", stacklevel=level)
+        return hook
+
+
+    class Fn(torch.autograd.Function):
+        level = 1
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            warnings.warn(f"function level {Fn.level}", stacklevel=Fn.level)
+            return g * 2
+
+
+    def forward(level, x, lin):
+        y = x * 3
+        y.register_hook(tensor_hook(level))
+        Fn.level = level
+        return lin(Fn.apply(y)).sum()
+
+
+    def step(level):
+        x = torch.randn(3, requires_grad=True)
+        lin = nn.Linear(3, 3)
+        lin.register_full_backward_hook(
+            lambda m, gi, go: warnings.warn(f"module hook level {level}", stacklevel=level))
+        lin.register_full_backward_pre_hook(
+            lambda m, go: warnings.warn(f"module pre hook level {level}", stacklevel=level))
+        forward(level, x, lin).backward()
+        torch.autograd.grad(forward(level, x, lin), x)
+
+
+    for level in range(1, 7):
+        step(level)
+        step(level)
+
+    # torch's own check: a full backward hook on a module whose inputs need no grad
+    net = nn.Linear(3, 1)
+    net.register_full_backward_hook(lambda m, gi, go: None)
+    for _ in range(2):
+        net(torch.randn(2, 3)).sum().backward()
+    net(torch.randn(2, 3)).sum().backward()
+    print("done")
+"""
+
 RECURSION_THROUGH_FORWARD = """\
     import torch
     from torch import nn
@@ -180,11 +237,11 @@ def how(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def _same_as_python(tmp_path: Path, body: str,
-                    how: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+def _same_as_python(tmp_path: Path, body: str, how: str, *options: str
+                    ) -> tuple[subprocess.CompletedProcess[bytes], Path]:
     (tmp_path / "script.py").write_text(textwrap.dedent(body))
     plain = _run([sys.executable, "script.py"], tmp_path)
-    under = _run([sys.executable, "-m", "backstep", *HOW[how], "script.py"], tmp_path)
+    under = _run([sys.executable, "-m", "backstep", *HOW[how], *options, "script.py"], tmp_path)
     err = under.stderr
     if how == "run-listen":
         first, _, err = err.partition(b"\n")
@@ -208,6 +265,22 @@ def test_warnings_at_every_stacklevel_name_pythons_lines(tmp_path: Path, how: st
     recorded = "".join(e["text"] for e in events
                        if e["event"] == "output" and e["stream"] == "stderr")
     assert recorded == err
+
+
+@pytest.mark.parametrize("source", [True, False], ids=["source", "no-source"])
+def test_warnings_raised_inside_backward_name_pythons_lines(tmp_path: Path, how: str,
+                                                            source: bool) -> None:
+    """Tensor hooks, module (pre-)hooks, a custom Function's backward and torch's own check
+    warn at stacklevels 1-6 through ``backward()`` and ``autograd.grad``, each twice (the
+    once-per-location filter shows the second only where python does): capture's frames
+    between the API and the engine are not counted, with or without provenance."""
+    plain, _ = _same_as_python(tmp_path, WARNINGS_IN_BACKWARD, how,
+                               *(() if source else ("--no-source",)))
+    err = plain.stderr.decode()
+    for line in (52, 53):  # torch's own warning, at stacklevel 5: the user's two backward lines
+        assert err.count(f"script.py:{line}: UserWarning: Full backward hook is firing") == 1
+    assert "script.py:41: UserWarning: module hook level 5" in err
+    assert "script.py:46: UserWarning: function level 6" in err
 
 
 @pytest.mark.parametrize("body", [RECURSION_THROUGH_FORWARD, RECURSION_PLAIN,

@@ -192,6 +192,9 @@ EVENTS: dict[str, Event] = {
         "roots": F(IDS, "the ids of the nodes it starts from"),
         "inputs": F(list_of(INT_OR_NULL, "list of ids (or null) or null"),
                     "torch.autograd.grad's inputs, or null"),
+        "retain_graph_by": F(SOURCE.check, "the line inside torch or a library that passed "
+                             "retain_graph=True (jacobian, hessian), when the caller's did not",
+                             default=None),
         "thread": F(STR_OR_NULL, "the thread it runs on"),
         "nodes": F(list_of(GRAPH_NODE.check, "list of nodes or null"), "the graph's nodes "
                    "(a trace writes each distinct source once, in sources)", form="graph_nodes"),

@@ -15,7 +15,9 @@ left on a retained graph never blocks a later, unrelated backward. Hooks never r
 
 from __future__ import annotations
 
+import os
 import sys
+import sysconfig
 import threading
 import weakref
 from typing import Any
@@ -45,6 +47,39 @@ from backstep.events.text import Encoded, compact_json
 __all__ = ["Capture", "Pass", "gradient_trip"]
 
 _compile_tracing = compile_tracing(torch)
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_BACKSTEP_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_DEMOS_DIR = _BACKSTEP_DIR + "_demos" + os.sep  # shipped demo scripts: user code
+# the frames from the backward API down to its engine call: torch.autograd.backward/grad,
+# Tensor.backward, a tensor subclass's dispatch to them
+_API_FILES = frozenset(os.path.join(_TORCH_DIR, name) for name in (
+    os.path.join("autograd", "__init__.py"), "_tensor.py", "overrides.py"))
+# where libraries live: a retain_graph passed from their code is theirs, not the user's
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for key in ("purelib", "platlib",
+                                                                       "stdlib", "platstdlib")
+                              if (p := sysconfig.get_paths().get(key))}))
+
+
+def api_caller(frame: Any) -> Any:
+    """The frame that called the backward API (``Tensor.backward``, ``torch.autograd.backward``
+    or ``grad``), walking out from ``frame``, inside the engine call backstep wraps."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ((name.startswith(_BACKSTEP_DIR) and not name.startswith(_DEMOS_DIR))
+                or name in _API_FILES):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def passed_by_library(api: Any) -> bool:
+    """Whether the backward call ``api`` is running was made by a library's code (torch's
+    ``autograd.functional``, a trainer's), so its arguments are not the user's."""
+    if api is None:
+        return False
+    name = api.f_code.co_filename
+    return name.startswith(_TORCH_DIR) or (name.startswith(_LIBRARY_DIRS)
+                                           and not name.startswith(_BACKSTEP_DIR))
 
 
 class Capture(Hooks, Output, TensorValues):
@@ -94,6 +129,10 @@ class Capture(Hooks, Output, TensorValues):
         _engine_run_backward.__backstep__ = True  # type: ignore[attr-defined]
         self._original = original
         torch.autograd._engine_run_backward = _engine_run_backward
+        # a warning raised inside backward counts its stacklevel without these two frames
+        from backstep.engine.provenance import warnings as provenance_warnings
+
+        provenance_warnings.install()
         self.regions.install()
         self._original_retain = torch.Tensor.__dict__.get("retain_grad")
         base_retain = torch.Tensor.retain_grad
@@ -112,6 +151,9 @@ class Capture(Hooks, Output, TensorValues):
         self.regions.uninstall()
         torch.autograd._engine_run_backward = self._original
         self._original = None
+        from backstep.engine.provenance import warnings as provenance_warnings
+
+        provenance_warnings.uninstall()
         if self._original_retain is None:
             try:
                 del torch.Tensor.retain_grad
@@ -216,6 +258,12 @@ class Capture(Hooks, Output, TensorValues):
                      "caller": naming.frame_source(caller),
                      "roots": [graph.index[e[0]] for e in roots if e is not None],
                      "inputs": input_ids}
+        if retain_graph:
+            api = api_caller(sys._getframe(1))
+            if passed_by_library(api):
+                # torch.autograd.functional.jacobian passes retain_graph=True itself: the
+                # user's line never asked for it (``retain_graph_by``: the line that did)
+                p.options["retain_graph_by"] = naming.frame_source(api)
         if p.record or (live and controller is not None and controller.breakpoints.leaf_names):
             self._name_leaves(p, caller)
         if live and controller is not None and controller.breakpoints.module_globs:

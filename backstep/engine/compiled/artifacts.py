@@ -16,6 +16,7 @@ payload is kept per AOT id (only on a cache hit) so such a region keeps its forw
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -32,6 +33,8 @@ _NO_TRACE = re.compile(r"^\s*# No stacktrace found")
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
 _OURS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _NODE = re.compile(r"^\s+([A-Za-z_]\w*)(?:: \"[^\"]*\")? = ")
+_OP = re.compile(r"= torch\.ops\.([A-Za-z_][\w.]*)\(")
+_GETITEM = re.compile(r"= [A-Za-z_]\w*\[\d+\]")
 KEPT = 64  # compile ids kept: a script that recompiles without end keeps only the latest
 
 
@@ -161,12 +164,44 @@ class CachedBackward:
             self._statements = parse_statements(self.payload or "")
             self.payload = None
         printed = self._statements
-        if len(printed) != len(ops) or any(
+        if len(printed) == len(ops) and not any(
                 op.startswith("aten.") and f"torch.ops.{op}(" not in line
                 for op, (_, line, _) in zip(ops, printed, strict=True)):
-            return [(None, None)] * len(ops)
-        return [(name, None if source is None or str(source.get("file", "")).startswith(_OURS)
-                 else source) for name, _, source in printed]
+            return [_named(name, source) for name, _, source in printed]
+        return self._aligned(ops, printed)
+
+    @staticmethod
+    def _aligned(ops: list[str], printed: list[tuple[str, str, dict[str, Any] | None]]
+                 ) -> list[tuple[str | None, dict[str, Any] | None]]:
+        """The ops matched with the printed graph's where the two differ by constants (the
+        cache's copy of a graph warmed by another process holds ``_tensor_constant0`` where the
+        printed one has the ``aten.full``, ``iota`` or ``scalar_tensor`` that made it): every
+        op of ``ops`` must be found, in order, as the same op, and the printed nodes left over
+        be few enough for the constants to account for (two each); then each op gets its line,
+        and a constant none. Otherwise none gets one (nothing is guessed)."""
+        out: list[tuple[str | None, dict[str, Any] | None]] = [(None, None)] * len(ops)
+        mine = [op if op.count(".") >= 2 or op == "getitem" else object() for op in ops]
+        theirs = [found.group(1) if (found := _OP.search(line)) else
+                  "getitem" if _GETITEM.search(line) else object() for _, line, _ in printed]
+        required = sum(1 for op in ops if op.count(".") >= 2)
+        blocks = difflib.SequenceMatcher(None, mine, theirs, autojunk=False).get_matching_blocks()
+        matched = sum(1 for block in blocks for k in range(block.size)
+                      if ops[block.a + k].count(".") >= 2)
+        constants = sum(1 for op in ops if op.startswith("_tensor_constant"))
+        extra = len(printed) - sum(block.size for block in blocks)  # printed, unmatched
+        if not required or matched != required or extra > 2 * constants:
+            return out  # an op missing, or printed nodes no folded constant accounts for
+        for block in blocks:
+            for k in range(block.size):
+                name, _, source = printed[block.b + k]
+                out[block.a + k] = _named(name, source)
+        return out
+
+
+def _named(name: str, source: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """A printed node's name and forward line (none of backstep's own)."""
+    return name, None if source is None or str(source.get("file", "")).startswith(_OURS) \
+        else source
 
 
 def cached_aot_id(frame: FrameType | None) -> int | None:

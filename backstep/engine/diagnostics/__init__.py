@@ -252,7 +252,7 @@ class Diagnostician:
         a sink that sends ``exit`` itself calls this first)."""
         try:
             with self._lock:
-                out = self._once(self._params.exit())
+                out = self._once([*self._rules.finish(), *self._params.exit()])
         except Exception:  # noqa: BLE001 - a diagnosis must never break the script
             return
         for diag in out:

@@ -1,6 +1,10 @@
 """Diagnoses read off the event stream: freed graphs, in-place edits, NaN origins, unneeded
 ``retain_graph`` (a forgotten ``zero_grad()`` is judged in ``accumulating``).
 
+``retain_graph`` is judged per call site over all its passes (``finish`` at the script's end):
+a site is blamed only when none of its retained graphs was gone back through, and only for a
+``retain_graph=True`` the user's line passed (``retain_graph_by`` names torch's or a library's).
+
 ``EventRules.feed(event)`` returns ``(key, diagnosis)`` pairs; the key names the cause, so the
 caller can report each cause once. Only event dicts are read — never a tensor or a node — and
 the memory kept between passes is bounded.
@@ -20,6 +24,7 @@ Found = tuple[tuple[Any, ...], dict[str, Any]]
 MAX_PASSES = 4096  # callers remembered, to name the pass that freed a graph
 MAX_FREED = 200_000  # node ids remembered with the pass that freed their saved tensors
 MAX_RETAINED = 64  # retain_graph passes whose graph is watched for reuse
+MAX_SITES = 4096  # retain_graph call sites judged over all their passes
 MAX_STATUSES = 4096  # saved lists remembered with their statuses (each held: ids stay unique)
 NONFINITE_PER_PASS = 3
 _SECOND_TIME = "backward through the graph a second time"
@@ -79,6 +84,12 @@ class EventRules:
         # retain_graph pass -> [its node ids (leaves excluded: every graph that uses a parameter
         # shares its AccumulateGrad), reused by a later pass]
         self.retained: OrderedDict[int, tuple[frozenset[int], list[bool]]] = OrderedDict()
+        # a retain_graph call site -> [some pass of it was gone back through, its first
+        # unneeded release waiting for the script's end]: a site is judged over all its passes
+        # (truncated BPTT's last pass over each graph is unneeded, the others were not)
+        self.sites: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+        self.site_of: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self.finished = False
 
     def feed(self, event: dict[str, Any]) -> list[Found]:
         kind = event.get("event")
@@ -101,14 +112,32 @@ class EventRules:
         while len(self.callers) > MAX_PASSES:
             self.callers.popitem(last=False)
         if self.retained:
-            for ids, reused in list(self.retained.values()):
+            for number, (ids, reused) in list(self.retained.items()):
                 if not reused[0] and not ids.isdisjoint(info.nodes):
                     reused[0] = True
-        if info.retain and not event.get("create_graph"):  # create_graph implies retain_graph
+                    self._site_needed(number)
+        # create_graph implies retain_graph; one passed by torch or a library (jacobian's) is
+        # not the user's to remove
+        if info.retain and not event.get("create_graph") and not event.get("retain_graph_by"):
             ids = frozenset(i for i, n in info.nodes.items() if n.get("name") != "AccumulateGrad")
             self.retained[info.number] = (ids, [False])
             while len(self.retained) > MAX_RETAINED:
                 self.retained.popitem(last=False)
+            site = source_key(info.caller) if info.caller else ("pass", info.number)
+            self.site_of[info.number] = site
+            while len(self.site_of) > MAX_PASSES:
+                self.site_of.popitem(last=False)
+            if site not in self.sites:
+                self.sites[site] = [False, None]
+                while len(self.sites) > MAX_SITES:
+                    self.sites.popitem(last=False)
+
+    def _site_needed(self, number: int) -> None:
+        """Pass ``number``'s graph was gone back through: its call site needed retain_graph."""
+        site = self.site_of.get(number)
+        state = self.sites.get(site) if site is not None else None
+        if state is not None:
+            state[0], state[1] = True, None
 
     def _end(self, event: dict[str, Any]) -> list[Found]:
         self.passes.pop(event.get("pass", 0), None)
@@ -343,11 +372,24 @@ class EventRules:
         return ("nonfinite", name, *source_key(source), node_id if not source else None), diag
 
     # -- retained graphs ---------------------------------------------------------------------
+    def finish(self) -> list[Found]:
+        """The script is ending: the call sites none of whose retained graphs was gone back
+        through (a release after this is judged at once)."""
+        self.finished = True
+        out = [state[1] for state in self.sites.values() if state[1] is not None and not state[0]]
+        for state in self.sites.values():
+            state[1] = None
+        return out
+
     def _released(self, event: dict[str, Any]) -> list[Found]:
         number = event.get("pass")
         watched = self.retained.pop(number, None) if number is not None else None
         if watched is None or watched[1][0]:
             return []  # reused, or a create_graph pass, or one we did not see begin
+        site = self.site_of.get(number) if number is not None else None
+        state = self.sites.get(site) if site is not None else None
+        if state is not None and state[0]:
+            return []  # another pass of this call site needed retain_graph
         caller = self.callers.get(number) if number is not None else None
         nbytes = event.get("bytes") or 0
         held = (f"every tensor its graph saved ({text.size(nbytes)})" if nbytes
@@ -362,7 +404,12 @@ class EventRules:
         )
         diag = diagnosis(number, "retain_graph_unused", "retain_graph=True was not needed",
                          message, severity="warning", source=caller)
-        return [(("retain_graph_unused", *source_key(caller), None if caller else number), diag)]
+        found = (("retain_graph_unused", *source_key(caller), None if caller else number), diag)
+        if state is not None and not self.finished:
+            if state[1] is None:
+                state[1] = found  # judged at the end, over all the site's passes
+            return []
+        return [found]
 
 
 def _count(summaries: list[Any]) -> int | None:

@@ -8,6 +8,12 @@ is frame-free otherwise). ``warnings.warn(stacklevel=N)`` counts frames, so a wa
 them would name the wrong line; and Python's once-per-location filter would then show only the
 first of them in the whole run.
 
+Capture does the same for every backward: its wrapper around ``_engine_run_backward`` and its
+``_run`` lie between ``torch.autograd.backward``/``grad`` and the engine, so a warning raised
+inside backward (a tensor or module hook, a custom Function's backward, torch's own "Full backward
+hook is firing..." at stacklevel 5) would name backstep's line, and only once. Capture installs
+``warnings.warn``'s wrapper too (with or without provenance; ``install`` counts its users).
+
 Two ways in, both landing where python would, through the user's own filters and registry:
 - ``warnings.warn`` (what torch's Python code calls) is wrapped while installed: the stacklevel
   is recounted without our frames, then the real one is called (a warning that crosses none of
@@ -20,6 +26,7 @@ Two ways in, both landing where python would, through the user's own filters and
 from __future__ import annotations
 
 import operator
+import os
 import sys
 import warnings
 from types import CodeType, FrameType
@@ -33,8 +40,12 @@ _MODULE = provenance_tagging.__name__
 _FILE = provenance_tagging.__file__
 _WRAPPER_FILE = provenance_calls.__file__
 _RUNNER_FILE = runner.__file__  # where the script's stack begins under backstep
+# capture's backward wrapper and ``_run``: between torch.autograd.backward and the engine
+_CAPTURE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "capture", "__init__.py")
 _MODE_CODE: CodeType = provenance_tagging.TaggingMode.__torch_function__.__code__
 _installed: list[Any] = []  # [previous showwarning, the filter tuple, previous warn] while installed
+_users = [0]  # install() calls not yet undone (provenance's, capture's)
 
 
 def _torch_overrides_file() -> str:
@@ -66,7 +77,7 @@ def plain_frame(site: FrameType | None, wanted: int) -> tuple[FrameType | None, 
             counted += 1
             name = code.co_filename
             ours = False
-            if name == _FILE or name == _WRAPPER_FILE:
+            if name == _FILE or name == _WRAPPER_FILE or name == _CAPTURE_FILE:
                 ours = True
                 if code is _MODE_CODE:
                     called = frame.f_locals.get("func")
@@ -127,6 +138,7 @@ def _showwarning(message: Any, category: Any, filename: str, lineno: int, file: 
 
 
 def install() -> None:
+    _users[0] += 1
     if _installed:
         return
     warnings.filterwarnings("always", module=_MODULE.replace(".", r"\."))
@@ -136,7 +148,8 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    if not _installed:
+    _users[0] = max(_users[0] - 1, 0)
+    if not _installed or _users[0]:
         return
     previous, entry, warn = _installed
     _installed.clear()
