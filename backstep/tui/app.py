@@ -203,8 +203,9 @@ class BackstepApp(PlainText):
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis",
                 tooltip="dismiss the diagnosis banner (d brings it back)"),
         Binding("question_mark", "help", "help", tooltip="this help"),
-        Binding("q", "quit_session", "quit", tooltip="quit: end the script and leave (every "
-                "paused thread is released)"),
+        Binding("q", "quit_session", "quit", tooltip="quit: once the script has ended, leave "
+                "with its exit code; while it runs, end it and leave with exit code 143 (SIGTERM, "
+                "as a shell reports it; every paused thread is released)"),
     ]
 
     def __init__(
