@@ -232,7 +232,8 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
               "stop": INT_OR_NULL, "slot": STR_OR_NULL, "what": STR_OR_NULL,
               "indices": list_of(INT, "list of int or null"),
               "before": list_of(SUMMARY, "list of summaries or null"),
-              "after": list_of(SUMMARY, "list of summaries or null")}, ("pass", "id")),
+              "after": list_of(SUMMARY, "list of summaries or null"),
+              "changed": INT_OR_NULL}, ("pass", "id")),
     "error": ({"message": STR_OR_NULL, "req": INT_OR_NULL}, ()),
 }
 

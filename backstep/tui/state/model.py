@@ -191,6 +191,11 @@ class SessionModel:
         if view is None:
             return None
         what = f"{as_str(ev.get('what')) or 'edit'} at {as_str(ev.get('name')) or '?'} #{ev.get('id')}"
+        changed = ev.get("changed")
+        if isinstance(changed, int) and not isinstance(changed, bool):
+            if changed == 0:  # a value-for-value edit: nothing the program computed was replaced
+                return None
+            what += f" ({changed:,} value{'s' if changed != 1 else ''} changed)"
         return self._update(replace(view, edits=(*view.edits, what)))
 
     def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
