@@ -32,7 +32,7 @@ from backstep.tui.messages import (
 from backstep.tui.panels.breakpoint_dialog import BreakpointDialog, describe
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.diagnosis import DiagnosisBanner
-from backstep.tui.panels.expression_line import ExpressionLine
+from backstep.tui.panels.expression_line import READ_ONLY_PLACEHOLDER, ExpressionLine
 from backstep.tui.panels.flow import FlowScreen
 from backstep.tui.panels.goto import GotoDialog
 from backstep.tui.panels.gradients import GradientsPanel
@@ -280,6 +280,8 @@ class BackstepApp(PlainText):
 
     def on_mount(self) -> None:
         self.query_one("#console-traceback").display = False
+        if self.driver.cannot_edit is not None:  # never advertise edits it cannot apply
+            self.query_one(ConsolePanel).expression_line.placeholder = READ_ONLY_PLACEHOLDER
         self.query_one(SearchBar).close()
         self.query_one(GraphPanel).focus()
         self._refresh_all()
