@@ -117,7 +117,10 @@ def test_ctrl_c_stops_a_free_running_script_and_argv_reaches_it(run_ui, tmp_path
     ui.press("f")  # finish this pass; the rest runs free again
     ui.press("c")
     ui.expect(r"loop done \['--lr', '3'\]", timeout=60)
-    ui.expect(r"script exited with code 0")
+    # issue 44: the passes that ran unwatched after c are counted, not left out of sight
+    ui.expect(r"script exited with code 0 · 150 passes ran")
+    ui.press("]")  # nothing after the last pass held: it says so
+    ui.expect(r"is the last pass held; 150 passes", timeout=10)
     ui.press("q")
     assert ui.wait() == 0
 

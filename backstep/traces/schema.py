@@ -214,7 +214,7 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
                    "source": SOURCE, "related": list_of(SOURCE, "list of sources or null")}, ()),
     "output": ({"stream": STR_OR_NULL, "text": STR_OR_NULL, "truncated": BOOL_OR_NULL}, ()),
     "exit": ({"code": ("int, str or null", lambda v: v is None or type(v) is str or _int(v)),
-              "traceback": STR_OR_NULL}, ()),
+              "traceback": STR_OR_NULL, "passes": INT_OR_NULL}, ()),
     # live only (connect, run): the debuggee paused, and the threads in line behind it
     "stopped": ({"pass": INT, "step": INT_OR_NULL, "id": INT, "name": STR_OR_NULL,
                  "reason": STR_OR_NULL, "detail": STR_OR_NULL, "after": BOOL_OR_NULL,

@@ -547,6 +547,12 @@ class BackstepApp(PlainText):
         elif self.review is not None:
             self._review_to(review.forward(self.snapshot, self.driver.history(), self.review,
                                            True))
+        elif self.snapshot.exit is not None:  # nothing comes after the last pass held
+            view, ran = self.snapshot.pass_, self.snapshot.exit.passes
+            held = f"pass {view.number} is the last pass held" if view is not None else \
+                "no pass is held"
+            self.notify(held + (f"; {ran:,} pass{'es' if ran != 1 else ''} ran" if ran else "")
+                        + ": [ looks back", timeout=3)
         else:
             self.notify("at the live stop: p or [ looks back", timeout=2)
 
