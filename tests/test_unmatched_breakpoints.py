@@ -4,9 +4,14 @@ pass the UI says which specs matched none of its nodes, with the nearest real na
 
 from __future__ import annotations
 
+import torch
+
+from backstep.engine.capture import Capture
+from backstep.engine.controller import Controller
+from backstep.engine.recorder import ListRecorder
+from backstep.traces.schema import check
 from backstep.unmatched import nearest, said, unmatched
-from tests.tui_fixtures import RecordingLink, gpt_named_events, live_app
-from tests.tui_pilot import pilot, settle
+from tests.test_engine_fidelity import captured
 
 NODES = [("NativeLayerNormBackward0", "model.transformer.h.1.ln_1", None),
          ("AddmmBackward0", "model.transformer.h.1.attn.c_attn", None),
@@ -37,27 +42,51 @@ def test_node_and_leaf_names_get_their_nearest_and_matching_specs_say_nothing() 
     assert nearest("module", "x", []) is None
 
 
-@pilot
-async def test_after_a_pass_the_ui_says_which_breakpoint_matched_nothing() -> None:
-    session, begin, _stop = gpt_named_events()
-    link = RecordingLink()
-    app = live_app(link, breakpoints=[{"kind": "module", "pattern": "transformer.h.1.*"},
-                                      {"kind": "node", "pattern": "NativeLayerNorm*"}])
-    async with app.run_test(size=(140, 42)) as pilot:
-        await settle(pilot)
-        for event in (session, begin):
-            app.driver.reader.feed(event)
-        await settle(pilot)
-        assert not app._notifications  # nothing is said before the pass has ended
-        app.driver.reader.feed({"event": "pass_end", "pass": 1, "status": "ok", "error": None,
-                                "skipped": []})
-        await settle(pilot)
-        messages = [n.message for n in app._notifications]
-        assert messages == ["breakpoint matched nothing in pass 1: module:transformer.h.1.* "
-                            "(nearest: module:model.transformer.h.1.*)"], messages
-        # said once: the next pass does not say it again
-        app.driver.reader.feed({**begin, "pass": 2})
-        app.driver.reader.feed({"event": "pass_end", "pass": 2, "status": "ok", "error": None,
-                                "skipped": []})
-        await settle(pilot)
-        assert len(app._notifications) == 1
+class GPT(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict({"h": torch.nn.ModuleList(
+            [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()) for _ in range(2)])})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.transformer["h"]:
+            x = block(x)
+        return x
+
+
+def run(breakpoints: list[dict], passes: int = 2) -> list[dict]:
+    from backstep.engine.provenance import Provenance, annotate
+
+    recorder = ListRecorder()
+    controller = Controller(recorder.emit, breakpoints, stop_at_pass_start=False)
+    capture = Capture(recorder, controller, record=False)
+    capture.annotate = annotate
+    provenance = Provenance()
+    provenance.install()
+    try:
+        with captured(capture):
+            model = GPT()
+            for _ in range(passes):
+                model(torch.randn(2, 4)).sum().backward()
+    finally:
+        provenance.uninstall()
+    return recorder.of("diagnosis")
+
+
+def test_a_breakpoint_that_never_stops_is_said_after_the_first_pass() -> None:
+    """The pass never stops and is never shown: the engine says it, once, as a diagnosis."""
+    (diagnosis,) = run([{"kind": "module", "pattern": "transformer.h.1.*"}])  # two passes
+    assert diagnosis["kind"] == "breakpoint_unmatched" and diagnosis["severity"] == "warning"
+    assert diagnosis["pass"] == 1
+    assert diagnosis["message"] == ("breakpoint matched nothing in pass 1: "
+                                    "module:transformer.h.1.* (nearest: module:model.transformer"
+                                    ".h.1.*)"), diagnosis["message"]
+    assert check(diagnosis) is None
+
+
+def test_two_misses_in_one_line_once_over_three_passes() -> None:
+    (diagnosis,) = run([{"kind": "node", "pattern": "TanhBackward"},
+                        {"kind": "module", "pattern": "nowhere.*"}], passes=3)
+    assert diagnosis["message"].startswith("breakpoints matched nothing in pass 1: "
+                                           "node:TanhBackward (nearest: node:TanhBackward*); "
+                                           "module:nowhere.*"), diagnosis["message"]

@@ -20,7 +20,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 
-from backstep import unmatched
 from backstep.tui.messages import (
     ConsoleOutput,
     Disconnected,
@@ -225,8 +224,6 @@ class BackstepApp(PlainText):
         if driver.title is not None:
             self.title = driver.title
         self.breakpoints: list[dict[str, Any]] = [dict(bp) for bp in breakpoints]
-        self._breaks_checked: set[str] = set()  # specs checked against a pass (``unmatched``)
-        self._breaks_pass = 0  # the last pass they were checked against
         self.stop_at_pass_start = stop_at_pass_start
         self.source_enabled = source
         self.narration = narration
@@ -334,29 +331,8 @@ class BackstepApp(PlainText):
         elif new_stop and self._diagnosis_new:
             self._focus_diagnosis()
         self._refresh_details()
-        self._say_unmatched()
         if not self.waiting:  # stopped or ended: the console takes the rows its lines need
             self.query_one(ConsolePanel).release_height()
-
-    def _say_unmatched(self) -> None:
-        """After a pass: the node, module and leaf breakpoints that matched none of its nodes,
-        each said once with the nearest name that would match (a silent breakpoint is a wait
-        for a stop that cannot come). Nothing is checked once every spec was."""
-        pending = [bp for bp in self.breakpoints if bp.get("kind") in unmatched.KINDS
-                   and unmatched.spec_text(bp) not in self._breaks_checked]
-        history = self.driver.history() if pending else ()
-        if not history or history[-1].number <= self._breaks_pass:
-            return
-        view = history[-1]
-        self._breaks_pass = view.number
-        nodes = [(info.name, info.module, info.leaf) for info in view.graph.nodes.values()]
-        if not nodes:
-            return
-        self._breaks_checked.update(unmatched.spec_text(bp) for bp in pending)
-        misses = unmatched.unmatched(pending, nodes)
-        if misses:
-            self.notify(unmatched.said(view.number, misses), severity="warning", timeout=15,
-                        markup=False)  # names from the script, shown as they are
 
     @on(ConsoleOutput)
     def _console(self, message: ConsoleOutput) -> None:
