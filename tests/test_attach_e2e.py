@@ -207,3 +207,22 @@ def test_a_fork_keeps_writing_after_the_ui_is_gone(tmp_path: Path) -> None:
         assert "child late 1999" in tail and "child status 0" in tail
     finally:
         session.kill()
+
+
+def test_what_the_script_printed_while_the_ui_was_up_stays_on_the_terminal(tmp_path: Path) -> None:
+    """Issue 44: after q the script's output from while the UI was up was only in the Console
+    panel, gone with the UI's screen; ``backstep run`` leaves it on the terminal, attach() too."""
+    from tests.pty_session import LEAVE_ALTERNATE_SCREEN
+
+    session = run_in_pty(tmp_path, "backstep.attach()")
+    try:
+        session.expect(r"before PowBackward0", timeout=90)
+        session.press("f")
+        session.expect(r"final grads 64\.0 32\.0", timeout=30)  # in the console, the UI still up
+        session.press("q")
+        assert session.wait(60) == 0
+        session.pump(0.5)
+        after = session.raw.rsplit(LEAVE_ALTERNATE_SCREEN, 1)[-1].decode(errors="replace")
+        assert "final grads 64.0 32.0" in after, after
+    finally:
+        session.kill()

@@ -204,7 +204,23 @@ def test_zeroing_a_nan_at_its_birth_node_gives_finite_leaf_grads_and_an_edit_eve
     assert edit["name"] == "SqrtBackward0" and edit["slot"] == "grad_inputs"
     assert edit["what"] == "zero_nonfinite()" and edit["indices"] == [0]
     assert edit["before"][0]["nonfinite"] == 1 and edit["after"][0]["nonfinite"] == 0
+    assert edit["changed"] == 1  # the one NaN; the 0.25 is the program's own
     assert check(protocol.decode(protocol.encode(edit))) is None
+    assert "changed 1 value " in console.answer("zero_nonfinite()")["text"]
+
+
+@pytest.mark.parametrize("line", ["zero_nonfinite()", "scale(1.0)", "set_grad(0, 1.0)"])
+def test_an_edit_that_changes_no_value_is_no_edit(line: str) -> None:
+    """Issue 44: zero_nonfinite() on a finite gradient marked the pass "edited by you"."""
+    recorder = ListRecorder()
+    console = Console(lambda e: [line] if e["name"] == "MulBackward0" else [])
+    with captured(Capture(recorder, console.controller, record=True)):
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        (w * torch.tensor([3.0, 5.0])).sum().backward()
+    answer = console.answer(line)
+    assert answer["ok"] and "no value changed, nothing edited" in answer["text"], answer
+    assert recorder.of("edit") == []  # nothing for the UI to mark, nothing in the trace
+    assert w.grad.tolist() == [3.0, 5.0]
 
 
 @pytest.mark.parametrize("line, expected", [

@@ -231,3 +231,55 @@ def test_as_markdown_keeps_code_and_bold_words_and_escapes_arithmetic() -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(as_markdown("x**3 at 3 gives 3x**2 = 27, 16*3 = 48, **AND** `a*b`"))
     assert console.export_text().strip() == "x**3 at 3 gives 3x**2 = 27, 16*3 = 48, AND a*b"
+
+
+def test_a_stop_without_its_own_text_says_which_stop_the_text_is_about() -> None:
+    """Issue 44: at pass 1 step 4 and through pass 2 of nan_where the panel still read "Here the
+    NaN is born. SqrtBackward0 receives ..." as if it were about the node stopped at."""
+    from textual.app import App, ComposeResult
+
+    from backstep.tui.state.model import SessionModel
+
+    story = narration.parse(
+        'title = "t"\nintro = "before"\n'
+        '[[stop]]\npass = 1\nstep = 1\ntext = "Here the NaN is born."\n'
+    )
+    model = SessionModel()
+
+    class Demo(App[None]):
+        def compose(self) -> ComposeResult:
+            yield NarrationPanel(story)
+
+    def stop(pass_: int, step: int, id_: int, name: str) -> None:
+        model.apply({"event": "stopped", "pass": pass_, "step": step, "id": id_, "name": name,
+                     "reason": "step", "grad_outputs": [], "saved": []})
+
+    async def walk() -> None:
+        app = Demo()
+        async with app.run_test() as pilot:
+            panel = app.query_one(NarrationPanel)
+            nodes = [{"id": i, "name": n, "next": [], "leaf": None, "source": None,
+                      "module": None} for i, n in ((1, "SqrtBackward0"), (2, "AccumulateGrad"))]
+            model.apply({"event": "pass_begin", "pass": 1, "api": "backward",
+                         "retain_graph": False, "create_graph": False, "roots": [1],
+                         "nodes": nodes})
+            stop(1, 1, 1, "SqrtBackward0")
+            panel.show(model.snapshot())
+            assert panel.text == "Here the NaN is born."
+            stop(1, 2, 2, "AccumulateGrad")
+            panel.show(model.snapshot())
+            assert panel.text.startswith("**No note for step 2.** The last note, about step 1 "
+                                         "(`SqrtBackward0`):"), panel.text
+            assert panel.text.endswith("Here the NaN is born.")
+            model.apply({"event": "pass_end", "pass": 1, "status": "ok", "error": None,
+                         "skipped": []})
+            model.apply({"event": "pass_begin", "pass": 2, "api": "backward",
+                         "retain_graph": False, "create_graph": False, "roots": [1],
+                         "nodes": nodes})
+            stop(2, 1, 1, "SqrtBackward0")
+            panel.show(model.snapshot())
+            assert "No note for pass 2 · step 1." in panel.text
+            assert "about pass 1 · step 1 (`SqrtBackward0`)" in panel.text
+            await pilot.pause(0)
+
+    asyncio.run(walk())

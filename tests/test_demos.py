@@ -864,3 +864,36 @@ def test_backstep_demo_stays_callable_once_a_demo_module_is_imported() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.stdout == "True\n", result.stderr
+
+
+def test_a_demo_scripts_first_output_is_not_torchs_missing_numpy_warning(tmp_path) -> None:
+    """Issue 44: the first Console line of every demo was torch's cut "Failed to initialize
+    NumPy" warning (the install brings no numpy)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    from backstep.commands.demo import NUMPY_WARNING, quiet_numpy
+
+    assert quiet_numpy(None) == NUMPY_WARNING
+    assert quiet_numpy("error::DeprecationWarning") == f"error::DeprecationWarning,{NUMPY_WARNING}"
+    code = "import torch; print('ok')"
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONWARNINGS": ""})
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONWARNINGS": quiet_numpy(None)})
+    if importlib.util.find_spec("numpy") is None:
+        assert "Failed to initialize NumPy" in plain.stderr  # the test is not vacuous
+    assert quiet.stdout == "ok\n" and "NumPy" not in quiet.stderr, quiet.stderr
+
+
+def test_a_narration_that_cites_an_article_names_it() -> None:
+    """Issue 44: graph_basics cited "the article" and never said which."""
+    import re
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "demos").glob("*.toml")):
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"\barticles?\b", text):  # some mention gives its title, in quotes
+            assert re.search(r'\barticles?\b[^"]{0,60}"[^"]{20,}"', text), path.name

@@ -140,3 +140,24 @@ async def test_ctrl_c_interrupts_a_show_console_line_and_show_goes_on(
                     break
             assert app.is_running  # ctrl+c interrupted the line; it did not quit show
             assert "KeyboardInterrupt" in console_text(app)
+
+
+@pilot
+async def test_show_console_offers_no_edit_and_refuses_one_in_words(
+        traces: tuple[Path, Path]) -> None:
+    """Issue 44: show's console line advertised zero_nonfinite() clip(n) scale(k) set_grad(i, t),
+    which a recording cannot apply."""
+    with TraceIndex(traces[1]) as index:
+        app = replay_app(index)
+        async with app.run_test(size=(140, 42)) as pilot:
+            await pilot.pause()
+            await pilot.press("colon")
+            await pilot.pause()
+            line = app.query_one(ConsolePanel).expression_line
+            assert line.display and "no edits" in line.placeholder
+            assert not any(name in line.placeholder for name in ("zero_nonfinite", "set_grad",
+                                                                  "scale(", "clip("))
+            await send(app, pilot, "zero_nonfinite()", lambda: not app.evaluating)
+            text = console_text(app)
+            assert "gradient edits need a live session" in text, text
+            assert "edited by you" not in app.driver.status_line(140).plain

@@ -68,7 +68,7 @@ def test_trace_m_runs_the_module_as_python_m_does(tmp_path: Path) -> None:
     assert events[0]["event"] == "session"
     assert events[0]["argv"] == ["-m", "pkg.train", "--lr", "3", "-m", "7"]
     assert [e["event"] for e in events].count("pass_end") == 1
-    assert events[-1] == {"event": "exit", "code": 7, "traceback": None}
+    assert events[-1] == {"event": "exit", "code": 7, "traceback": None, "passes": 1}
 
 
 def test_trace_m_errors_read_as_python_m(tmp_path: Path) -> None:

@@ -160,7 +160,7 @@ def traced(cwd: Path) -> list[list[dict[str, Any]]]:
         events = [expand(json.loads(line))
                   for line in (cwd / f"t.rank{rank}.jsonl").read_text().splitlines()]
         assert events[0]["rank"] == rank and events[-1] == {"event": "exit", "code": 0,
-                                                             "traceback": None}
+                                                             "traceback": None, "passes": 2}
         assert [e["event"] for e in events].count("pass_end") == 2
         ranks.append(events)
     return ranks

@@ -49,9 +49,11 @@ def drive(ui: Pty) -> None:
     ui.press("e")
     ui.expect(r"enter applies the edit")
     ui.press("\r")  # the offered edit, as it is: a pass without NaN keeps its values
-    ui.expect(r"edited by you")
+    screen = ui.expect(r"zero_nonfinite\(\): no value changed, nothing edited")
+    assert "edited by you" not in screen  # issue 44: no mark when no value changed
     ui.press("scale(2)\r")  # the line keeps the keyboard: scale the incoming gradient
-    ui.expect(r"scale\(2\) \(for the rest of this pass\)")
+    ui.expect(r"scale\(2\) changed 1 value \(for the rest of this pass\)")
+    ui.expect(r"edited by you")
     ui.press("\x1b")
     ui.pump(1.0)
     ui.press("c")

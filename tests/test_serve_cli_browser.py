@@ -101,6 +101,28 @@ def test_show_serve_steps_a_trace_in_the_browser() -> None:
             process.wait()
 
 
+def test_show_serve_takes_keys_without_a_click_first() -> None:
+    """Issue 44: in the browser, keys worked only after a click on the terminal."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    process = subprocess.Popen([sys.executable, "-m", "backstep", "show", TRACE, "--serve"],
+                               stderr=subprocess.PIPE, preexec_fn=ctrl_c_as_on_a_terminal)
+    try:
+        url = served_url(process)
+        drain(process)
+        with chromium() as driver:
+            driver.get(url)
+            wait_for(driver, lambda s: "Graph · pass 1" in s and step_of(s) == 1)
+            assert driver.execute_script(
+                "return document.activeElement.classList.contains('xterm-helper-textarea')")
+            ActionChains(driver).send_keys("n").perform()  # to whatever has the focus
+            wait_for(driver, lambda s: step_of(s) == 2, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_run_serve_steps_a_script_and_changes_nothing(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

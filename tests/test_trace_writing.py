@@ -76,3 +76,19 @@ def test_the_script_by_another_name_is_still_the_script(tmp_path: Path) -> None:
     done = trace(tmp_path, "-o", "link", "job")
     assert done.returncode == 2 and "is the script itself" in done.stderr
     assert job.read_text() == "print('hi')\n"
+
+
+def test_the_default_file_is_named_on_stderr_and_stdout_stays_the_scripts(tmp_path: Path) -> None:
+    """Issue 44: without -o the trace went to ./backstep-trace.jsonl without a word."""
+    job = tmp_path / "job.py"
+    job.write_text("import sys, torch\n(torch.ones(2, requires_grad=True) * 2).sum().backward()\n"
+                   "print('out')\nprint('err', file=sys.stderr)\n")
+    plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True,
+                           timeout=300)
+    done = trace(tmp_path, str(job))
+    assert (done.returncode, done.stdout) == (plain.returncode, plain.stdout) == (0, "out\n")
+    assert done.stderr == ("backstep trace: writing backstep-trace.jsonl (-o FILE to choose)\n"
+                           + plain.stderr)
+    assert (tmp_path / "backstep-trace.jsonl").stat().st_size > 0
+    chosen = trace(tmp_path, "-o", "mine.jsonl", str(job))
+    assert chosen.stderr == plain.stderr  # a file of one's own choosing: nothing said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from backstep.demo import catalog as demos
@@ -53,7 +54,19 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from backstep.commands.run import launch  # lazily: it brings in the UI
 
+    os.environ["PYTHONWARNINGS"] = quiet_numpy(os.environ.get("PYTHONWARNINGS"))
     return launch(str(demo.script), [], narration=str(demo.narration))
+
+
+# torch without numpy (backstep's install brings none) warns as it is imported; the Console's
+# first line, cut at its width, was this warning: a demo's reader has not asked for numpy
+NUMPY_WARNING = "ignore:Failed to initialize NumPy:UserWarning"
+
+
+def quiet_numpy(warnings: str | None) -> str:
+    """``PYTHONWARNINGS`` for a demo's script: the person's own filters, then the one that
+    drops torch's missing-numpy warning (the last filter given wins, as with ``-W``)."""
+    return f"{warnings},{NUMPY_WARNING}" if warnings else NUMPY_WARNING
 
 
 def _list(found: list[demos.Demo]) -> int:

@@ -106,6 +106,9 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    if not chosen:  # the default file: say where it goes, once, off the script's stdout
+        print(f"backstep trace: writing {args.output} (-o FILE to choose)", file=sys.stderr,
+              flush=True)
     from backstep.engine.recorder import JsonlRecorder
     from backstep.engine.runner import run_module, run_script
     from backstep.engine.session import Session, refuse_missing, session_event

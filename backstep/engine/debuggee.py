@@ -176,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         outlive.settle()  # our own hang-up below is not the UI dying
     channel.close()  # a no-op in a fork: the parent's connection stays up
     if aborted.is_set():  # q aborted the script: end without the teardown the UI waits on
+        import signal
+
         from backstep.process.quick_exit import end_process
 
-        end_process(code)
+        # the code a shell reports for a script ended by SIGTERM (143), as the README says:
+        # not the 1 of the abort's traceback, which reads as the script's own failure
+        end_process(128 + signal.SIGTERM)
     return code
 
 

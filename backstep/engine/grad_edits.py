@@ -115,13 +115,36 @@ class GradEdits:
         return [(i, g) for i, g in enumerate(self.current) if isinstance(g, torch.Tensor)]
 
     def _apply(self, what: str, changed: dict[int, torch.Tensor], indices: list[int]) -> Said:
+        """Keep the new gradients that differ from the current ones in at least one value; an
+        edit that changes no value (``zero_nonfinite()`` on a finite gradient) is no edit: the
+        pass is not marked and the hook still returns None."""
+        counts = {i: values_changed(self.current[i], g) for i, g in changed.items()}
+        changed = {i: g for i, g in changed.items() if counts[i]}
+        total = sum(counts.values())
+        if not changed:
+            return Said(f"{what}: no value changed, nothing edited" if indices
+                        else f"{what}: nothing to edit")
+        indices = [i for i in indices if i in changed]
         before = [summarize(self.current[i]) for i in indices]
         for i, g in changed.items():
             self.current[i] = g
-        self.edited = self.edited or bool(changed)
+        self.edited = True
         after = [summarize(self.current[i]) for i in indices]
         where = {key: self.where.get(key) for key in ("pass", "step", "id", "name", "stop")}
         self.emit({"event": "edit", **where, "slot": self.slot, "what": what,
-                   "indices": indices, "before": before, "after": after})
-        return Said(f"edited {self.slot}{indices}: {what} (for the rest of this pass)"
-                    if changed else f"{what}: nothing to edit")
+                   "indices": indices, "before": before, "after": after, "changed": total})
+        values = f"{total:,} value{'s' if total != 1 else ''}"
+        return Said(f"edited {self.slot}{indices}: {what} changed {values} "
+                    "(for the rest of this pass)")
+
+
+def values_changed(old: Any, new: torch.Tensor) -> int:
+    """How many elements of ``new`` differ from ``old`` (a NaN where a NaN was is no change;
+    a different dtype or shape counts every element)."""
+    if not isinstance(old, torch.Tensor) or old.shape != new.shape or old.dtype != new.dtype:
+        return new.numel()
+    old, new = old.detach(), new.detach().to(old.device)
+    differ = old != new
+    if old.is_floating_point() or old.is_complex():
+        differ &= ~(torch.isnan(old) & torch.isnan(new))
+    return int(differ.sum().item())

@@ -170,7 +170,10 @@ class Session:
             if self.child is not None:
                 self.child.exit(code, traceback)
             return
-        self.sink.emit({"event": "exit", "code": code, "traceback": traceback})
+        # how many passes ran, watched or not: the UI says so once the script ended
+        passes = self.capture.passes if self.capture is not None else None
+        self.sink.emit({"event": "exit", "code": code, "traceback": traceback,
+                        "passes": passes})
         self.sink.flush()
 
     def _after_fork(self) -> None:

@@ -246,6 +246,8 @@ EVENTS: dict[str, Event] = {
         "indices": F(list_of(INT, "list of int or null"), "the gradients edited"),
         "before": F(list_of(SUMMARY.check, "list of summaries or null"), "them before"),
         "after": F(list_of(SUMMARY.check, "list of summaries or null"), "them after"),
+        "changed": F(INT_OR_NULL, "how many values the edit changed (an edit that changes "
+                     "none is not sent)"),
     }, BOTH, required=("pass", "id"), urgent=True),
     "region": Event("a torch.compile region of the pass ran (engine/compiled)", {
         "pass": F(INT, "its pass"), "id": F(INT, "its node"),
@@ -266,6 +268,7 @@ EVENTS: dict[str, Event] = {
         "code": F(("int, str or null", lambda v: v is None or type(v) is str or is_int(v)),
                   "its exit code"),
         "traceback": F(STR_OR_NULL, "the uncaught exception's traceback, or null"),
+        "passes": F(INT_OR_NULL, "how many backward passes ran, watched or not", default=None),
     }, BOTH, urgent=True),
     "stopped": Event("the debuggee paused at a node and waits for a command", {
         "pass": F(INT, "its pass"), "step": F(INT_OR_NULL, "the node's step"),

@@ -32,7 +32,7 @@ from backstep.tui.messages import (
 from backstep.tui.panels.breakpoint_dialog import BreakpointDialog, describe
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.diagnosis import DiagnosisBanner
-from backstep.tui.panels.expression_line import ExpressionLine
+from backstep.tui.panels.expression_line import READ_ONLY_PLACEHOLDER, ExpressionLine
 from backstep.tui.panels.flow import FlowScreen
 from backstep.tui.panels.goto import GotoDialog
 from backstep.tui.panels.gradients import GradientsPanel
@@ -203,8 +203,9 @@ class BackstepApp(PlainText):
         Binding("x", "dismiss_diagnosis", "dismiss diagnosis",
                 tooltip="dismiss the diagnosis banner (d brings it back)"),
         Binding("question_mark", "help", "help", tooltip="this help"),
-        Binding("q", "quit_session", "quit", tooltip="quit: end the script and leave (every "
-                "paused thread is released)"),
+        Binding("q", "quit_session", "quit", tooltip="quit: once the script has ended, leave "
+                "with its exit code; while it runs, end it and leave with exit code 143 (SIGTERM, "
+                "as a shell reports it; every paused thread is released)"),
     ]
 
     def __init__(
@@ -279,6 +280,8 @@ class BackstepApp(PlainText):
 
     def on_mount(self) -> None:
         self.query_one("#console-traceback").display = False
+        if self.driver.cannot_edit is not None:  # never advertise edits it cannot apply
+            self.query_one(ConsolePanel).expression_line.placeholder = READ_ONLY_PLACEHOLDER
         self.query_one(SearchBar).close()
         self.query_one(GraphPanel).focus()
         self._refresh_all()
@@ -520,6 +523,12 @@ class BackstepApp(PlainText):
         elif self.review is not None:
             self._review_to(review.forward(self.snapshot, self.driver.history(), self.review,
                                            True))
+        elif self.snapshot.exit is not None:  # nothing comes after the last pass held
+            view, ran = self.snapshot.pass_, self.snapshot.exit.passes
+            held = f"pass {view.number} is the last pass held" if view is not None else \
+                "no pass is held"
+            self.notify(held + (f"; {ran:,} pass{'es' if ran != 1 else ''} ran" if ran else "")
+                        + ": [ looks back", timeout=3)
         else:
             self.notify("at the live stop: p or [ looks back", timeout=2)
 

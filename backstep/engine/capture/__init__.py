@@ -101,6 +101,7 @@ class Capture(Hooks, Output, TensorValues):
         # record every pass (a trace); otherwise only passes that step record their nodes
         self.record = record and sink is not None
         self.passes = 0
+        self.breaks_checked: set[str] = set()  # breakpoint specs checked against a pass
         self._local = threading.local()
         self._lock = threading.Lock()
         self._original: Any = None

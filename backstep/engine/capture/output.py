@@ -7,6 +7,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from backstep.events import unmatched
 from backstep.engine.capture.passes import (
     ACCUMULATE,
     RETAINED_KEY,
@@ -145,6 +146,11 @@ class Output:
         return out
 
     def _end(self, p: Pass, exc: BaseException | None) -> None:
+        if exc is None:
+            try:
+                self._say_unmatched(p)
+            except Exception:  # noqa: BLE001, S110 - a note only: never a backstep error
+                pass
         if p.checks is not None:
             self._settle_checks(p, exc)
         p.active = False
@@ -162,6 +168,39 @@ class Output:
             p.retained = []
             p.records = []
             p.shards = {}
+
+    def _say_unmatched(self, p: Pass) -> None:
+        """The node, module and leaf breakpoints that matched none of this pass's nodes, said
+        once each (a ``diagnosis``, with the nearest spec that would match): a breakpoint that
+        never stops was silent. Each spec is checked against one pass, then never again."""
+        controller = self.controller
+        if controller is None or controller.detached or self.sink is None:
+            return
+        bp = controller.breakpoints
+        if not bp.static:
+            return
+        specs = [{"kind": "node", "pattern": g} for g in bp.node_globs]
+        specs += [{"kind": "module", "pattern": g} for g in bp.module_globs]
+        specs += [{"kind": "leaf", "name": n} for n in sorted(bp.leaf_names)]
+        checked = self.breaks_checked  # type: ignore[attr-defined]
+        specs = [s for s in specs if unmatched.spec_text(s) not in checked]
+        graph = p.graph
+        if not specs or graph is None or not graph.names:
+            return
+        modules = [node.metadata.get("backstep.module") for node in graph.nodes]
+        leaves = [p.leaf_names.get(i) for i in range(len(graph.names))]
+        if not any(modules):  # no module was read (provenance off): no module spec can be judged
+            specs = [s for s in specs if s["kind"] != "module"]
+        if not any(leaves):
+            specs = [s for s in specs if s["kind"] != "leaf"]
+        checked.update(unmatched.spec_text(s) for s in specs)
+        misses = unmatched.unmatched(specs, zip([display_name(n) for n in graph.names],
+                                                modules, leaves, strict=True))
+        if misses:
+            self._emit({"event": "diagnosis", "pass": p.number, "kind": "breakpoint_unmatched",
+                        "title": "a breakpoint matched nothing", "severity": "warning",
+                        "message": unmatched.said(p.number, misses), "node": None,
+                        "source": None, "related": None})
 
     def _finish(self, p: Pass, exc: BaseException | None) -> None:
         if not p.announced:

@@ -75,6 +75,7 @@ class AttachLink:
     def send(self, message: dict[str, Any]) -> bool:
         return self.channel.send(message) if self.channel is not None else False
 
+    quit_help = "quit: close the UI; the script runs on, its output back on the terminal"
     stdin_reopens = True  # ctrl+d ends one read: the terminal goes on after it
 
     def write_stdin(self, text: str) -> bool:
@@ -113,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
                       source=bool(options.get("source", True)))
     try:
         app.run()
+        # what the script printed while the UI was up, left on the terminal as ``backstep
+        # run`` leaves it, before the script (released by the detach below) prints on
+        from backstep.tui.runtime.leave_output import leave_output
+
+        leave_output(app.console_lines, sys.stdout)
     finally:
         link.close()
     return 0

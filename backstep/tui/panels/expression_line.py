@@ -14,6 +14,13 @@ from textual.widgets import Input
 HISTORY = 500  # lines kept for up / down
 
 
+PLACEHOLDER = ("python at the stop: grad_outputs, grad_inputs, saved, node, leaves, _ · edits: "
+               "zero_nonfinite() clip(n) scale(k) set_grad(i, t)")
+# show's console reads a recording: it has names to read, and no edit it could apply
+READ_ONLY_PLACEHOLDER = ("python over the recording: grad_outputs, grad_inputs, saved, node, "
+                         "leaves, _ (summaries; no edits: a trace holds no tensors)")
+
+
 class ExpressionLine(Input):
     """One line of Python for the paused node; keeps its own history."""
 
@@ -31,9 +38,7 @@ class ExpressionLine(Input):
             self.source = source
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(placeholder="python at the stop: grad_outputs, grad_inputs, saved, node, "
-                         "leaves, _ · edits: zero_nonfinite() clip(n) scale(k) set_grad(i, t)",
-                         **kwargs)  # type: ignore[arg-type]
+        super().__init__(placeholder=PLACEHOLDER, **kwargs)  # type: ignore[arg-type]
         self.history: list[str] = []
         self._at: int | None = None  # the recalled line's index while browsing
         self._draft = ""  # what was typed before browsing began

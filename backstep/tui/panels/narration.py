@@ -30,6 +30,19 @@ def as_markdown(text: str) -> Markdown:
     return Markdown(KEPT_OR_STAR.sub(lambda m: m.group(1) or m.group(2) or r"\*", text))
 
 
+def stale(about: tuple[int, int, str, str], pass_: int, step: int) -> str:
+    """The template for a stop without a text of its own: the last stop's text, headed by the
+    stop it is about, so that it never reads as this step's ("Here the NaN is born" at the next
+    node, or in the next pass)."""
+    was_pass, was_step, name, template = about
+    if was_pass == pass_:
+        here, there = f"step {step}", f"step {was_step}"
+    else:
+        here, there = f"pass {pass_} · step {step}", f"pass {was_pass} · step {was_step}"
+    head = f"**No note for {here}.** The last note, about {there} (`{name}`):"
+    return head.replace("{", "{{").replace("}", "}}") + "\n\n" + template
+
+
 class Narration(Protocol):
     title: str
     intro: str
@@ -51,6 +64,7 @@ class NarrationPanel(VerticalScroll):
         self.template = narration.intro or ""
         self.text = render(self.template, {})
         self._key: tuple[int, int] | None = None
+        self._about: tuple[int, int, str, str] | None = None  # the last stop with a text of its own
         self._ids: dict[int, dict[int, int]] = {}
         self._saved: dict[str, int] = {}  # the current stop's saved tensors: name -> bytes
         self._noted: dict[int, int] = {}  # per pass: how many executed nodes _ids has seen
@@ -72,8 +86,12 @@ class NarrationPanel(VerticalScroll):
             if key == self._key:
                 return
             self._key = key
-            template = self.narration.text_for(snapshot.stop.pass_, snapshot.stop.step,
-                                               snapshot.stop.name)
+            stop = snapshot.stop
+            template = self.narration.text_for(stop.pass_, stop.step, stop.name)
+            if template is not None:
+                self._about = (stop.pass_, stop.step, stop.name, template)
+            elif self._about is not None:  # no text of its own: the last one, saying whose
+                template = stale(self._about, stop.pass_, stop.step)
         if template is not None:
             self.template = template
         self._refill()

@@ -67,6 +67,9 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     elif snapshot.exit is not None:
         code = snapshot.exit.code
         add(f"  script exited with code {code}", "bold green" if code == 0 else "bold red")
+        if snapshot.exit.passes is not None:  # the passes shown may be only the watched ones
+            ran = snapshot.exit.passes
+            add(f" · {ran:,} pass{'es' if ran != 1 else ''} ran", "bold")
     elif snapshot.stop is not None and not waiting:
         stop = snapshot.stop
         add("  stopped: ", "dim", role="stopped")

@@ -33,6 +33,9 @@ class LiveDriver:
 
     def __init__(self, link: Link | None) -> None:
         self.link = link
+        quit_words = getattr(link, "quit_help", None)  # attach(): q lets the script run on
+        if quit_words:
+            self.key_help = {"quit_session": quit_words}
         self.host: BackstepApp | None = None
         self.reader = Reader(self.post_message)
 

@@ -191,6 +191,11 @@ class SessionModel:
         if view is None:
             return None
         what = f"{as_str(ev.get('what')) or 'edit'} at {as_str(ev.get('name')) or '?'} #{ev.get('id')}"
+        changed = ev.get("changed")
+        if isinstance(changed, int) and not isinstance(changed, bool):
+            if changed == 0:  # a value-for-value edit: nothing the program computed was replaced
+                return None
+            what += f" ({changed:,} value{'s' if changed != 1 else ''} changed)"
         return self._update(replace(view, edits=(*view.edits, what)))
 
     def _current_pass(self, ev: Mapping[str, Any]) -> PassView | None:
@@ -391,6 +396,12 @@ class SessionModel:
     def _on_exit(self, ev: Mapping[str, Any]) -> Snapshot:
         code = ev.get("code")
         tb = ev.get("traceback")
+        passes = ev.get("passes")
         info = ExitInfo(code=code if isinstance(code, int) else 1,
-                        traceback=tb if isinstance(tb, str) and tb else None)
-        return replace(self._snap, exit=info, stop=None, running=False, waiting=(), live=())
+                        traceback=tb if isinstance(tb, str) and tb else None,
+                        passes=passes if type(passes) is int and passes >= 0 else None)
+        snap = self._snap
+        last = max(self.ended, key=lambda v: v.number, default=None)
+        if last is not None and (snap.pass_ is None or snap.pass_.number < last.number):
+            snap = replace(snap, pass_=last)  # the script ended: its last pass held, not the first
+        return replace(snap, exit=info, stop=None, running=False, waiting=(), live=())

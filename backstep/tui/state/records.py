@@ -236,6 +236,7 @@ class ExitInfo:
 
     code: int
     traceback: str | None
+    passes: int | None = None  # how many backward passes ran in all (watched or not)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,20 @@ def namespace(snapshot: Snapshot, node_id: int | None) -> dict[str, Any]:
         for acc in view.accumulations():
             leaves[acc.leaf] = plain(acc.after)
     names["leaves"] = leaves
+    names.update({name: refused_edit(name) for name in EDITS})
     return names
+
+
+EDITS = ("zero_nonfinite", "clip", "scale", "set_grad")  # a live session's, refused here
+
+
+def refused_edit(name: str) -> Any:
+    """What an edit's name does in a recording: says why it cannot, changing nothing."""
+    def edit(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError(f"{name}: a trace holds no tensors, so nothing can be edited; "
+                           "gradient edits need a live session (backstep run)")
+    edit.__name__ = name
+    return edit
 
 
 class TraceConsole:
