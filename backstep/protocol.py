@@ -15,7 +15,9 @@ Events (DESIGN.md names the first five; do not rename them):
               once, just before the first pass_begin that runs under an initialized
               torch.distributed default group (the group comes up after the session event)
   pass_begin  pass, parent (pass number or null), api ("backward" | "grad"), retain_graph,
-              create_graph, roots (ids), inputs (ids or null), thread, nodes (list of node infos)
+              create_graph, roots (ids), inputs (ids or null), thread, leaves (the leaves' ids
+              in model order: as ``named_parameters()`` lists them; absent in a pass without
+              leaves), nodes (list of node infos)
   node        pass, step, id, name, grad_outputs, grad_inputs, saved, error (message or null)
               thread: only when the node ran on another thread than the one its pass_begin
               names (a CUDA device thread); absent means that same thread

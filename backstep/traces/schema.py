@@ -192,7 +192,7 @@ SPECS: dict[str, tuple[dict[str, Field], tuple[str, ...]]] = {
     "pass_begin": ({"pass": INT, "parent": INT_OR_NULL, "api": STR_OR_NULL,
                     "retain_graph": BOOL_OR_NULL, "create_graph": BOOL_OR_NULL, "roots": IDS,
                     "inputs": list_of(INT_OR_NULL, "list of ids (or null) or null"),
-                    "thread": STR_OR_NULL, "caller": SOURCE,
+                    "thread": STR_OR_NULL, "caller": SOURCE, "leaves": IDS,
                     "nodes": list_of(NODE_INFO, "list of nodes or null")}, ("pass",)),
     "node": ({"pass": INT, "step": INT_OR_NULL, "id": INT, "name": STR,
               "grad_outputs": SUMMARIES, "grad_inputs": SUMMARIES, "saved": SAVED,

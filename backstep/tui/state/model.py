@@ -172,7 +172,7 @@ class SessionModel:
             api=str(ev.get("api", "backward")),
             retain_graph=bool(ev.get("retain_graph")),
             create_graph=bool(ev.get("create_graph")),
-            graph=Graph.build(ev.get("nodes"), ev.get("roots")),
+            graph=Graph.build(ev.get("nodes"), ev.get("roots"), ev.get("leaves")),
             log=PassLog(),
             thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
         )
