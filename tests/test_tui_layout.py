@@ -56,7 +56,7 @@ async def test_detail_and_status_fit_without_scrolling(size: tuple[int, int]) ->
             assert screen.contains_region(widget.region), (selector, widget.region, screen)
             assert widget.region.height >= 1 and widget.region.width >= 20, selector
         text = screen_text(app)
-        assert "stopped: step before MulBackward0 #3" in line_with(text, "pass 1", "backward")
+        assert "stopped: step before MulBackward0 #3" in line_with(text, "pass 1", "step 3 of 5")
         assert "grad_output[0]" in text and "value 16" in text  # incoming gradient
         assert "other" in text and "alive" in text  # saved tensors and their status
         assert "outgoing" in text and "runs next" in text

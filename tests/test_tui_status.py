@@ -32,6 +32,15 @@ def test_the_node_name_and_help_stay_at_80_columns() -> None:
     assert "before MulBackward0 #3" in text and text.rstrip().endswith("? help")
 
 
+def test_the_stepping_keys_stay_bare_where_their_words_do_not_fit() -> None:
+    for width in (70, 80):
+        text = line(width)
+        assert len(text) <= width and "before MulBackward0 #3" in text
+        keys = text.split("#3", 1)[1].split()
+        assert [k for k in keys if k in ("n", "c", "f")] == ["n", "c", "f"], text
+        assert text.endswith(" ? help"), text
+
+
 def test_keys_fill_in_order_as_the_line_widens() -> None:
     keys = [f" {key} {what}" for key, what in HINTS if (key, what) != HELP]
     before: list[str] = []

@@ -26,6 +26,7 @@ HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B"
          ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),
          ("q", "quit"))
 HELP = ("?", "help")
+BARE_KEYS = 3  # keys shown without their words where the words do not fit (`` n c f``)
 EAGER = "compile disabled by --eager"  # the session's ``eager`` field (engine.compiled.eager)
 # once the script has ended (or its debuggee is gone) nothing resumes: what still works
 ENDED_HINTS = (("q", "quit"), ("p", "review"), ("m", "modules"), ("/", "search"),
@@ -125,8 +126,15 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     if room < 0:
         room = _squeeze(parts, squeeze, -room)
     keep: set[int] = set()
+    # the first keys, bare (" n c f"), come before the optional parts and "stopped:"
+    reserve = 2 * min(BARE_KEYS, len(hints) - 1) if width else 0
+    if 0 <= room < reserve and "stopped" in squeeze:
+        i = squeeze["stopped"]
+        part, optional = parts[i]
+        room += part.cell_len - 2
+        parts[i] = (Text("  ", style=part.style), optional)
     for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
-        if optional == 1 and part.cell_len <= room:
+        if optional == 1 and part.cell_len <= room - reserve:
             keep.add(i)
             room -= part.cell_len
     keys, room = fit_keys(hints, room)
@@ -205,18 +213,32 @@ def live_passes(snapshot: Snapshot, width: int = 0) -> str:
 
 def fit_keys(hints: tuple[tuple[str, str], ...], room: int) -> tuple[Text, int]:
     """The keys in order while they fit in ``room`` cells ("? help" always, its room already
-    set aside), none after one that did not fit; and the room left (-1 once one did not)."""
+    set aside), then, from the first whose words do not fit, up to ``BARE_KEYS`` bare keys
+    (`` n c f``: "? help" names them) while those fit; and the room left (-1 once one did not fit whole)."""
     keys = Text()
-    for key, what in hints:
+    bare = full = False  # bare: a key's words did not fit; full: nor did a bare key (only the
+    # first BARE_KEYS go bare: they say what matters most)
+    words = [hint_text(*h).cell_len for h in hints if h != HELP]
+    # where not all fit with their words, the words leave room for the first keys bare
+    spare = 0 if sum(words) <= room else 2 * BARE_KEYS
+    for index, (key, what) in enumerate(hints):
         hint = hint_text(key, what)
         if (key, what) == HELP:
             keys.append_text(hint)
-        elif hint.cell_len <= room:
+            continue
+        spare = max(spare - 2, 0)
+        if not bare and hint.cell_len + spare <= room:
             keys.append_text(hint)
             room -= hint.cell_len
-        else:
-            room = -1  # the order stays the order of the hints
-    return keys, room
+            continue
+        bare = True
+        hint = Text(f" {key}", style="bold cyan")
+        if full or index >= BARE_KEYS or hint.cell_len > room:
+            full = True  # the order stays the order of the hints
+            continue
+        keys.append_text(hint)
+        room -= hint.cell_len
+    return keys, -1 if bare else room
 
 
 def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) -> Text:
