@@ -117,3 +117,21 @@ async def test_a_disconnect_that_arrives_while_the_app_closes_is_not_a_crash() -
     app._disconnected(Disconnected(returncode=-9))  # every screen is gone by now
     assert app.exit_code == 137
     assert app.gone == "the debuggee died (signal 9)"
+
+
+def nested_status(outer_node: str) -> str:
+    model = SessionModel()
+    model.apply({"event": "session", "version": 2, "torch": "t", "argv": ["x"], "pid": 1})
+    model.apply({"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
+                 "roots": [1], "nodes": [
+                     {"id": 1, "name": "SumBackward0", "next": [2]},
+                     {"id": 2, "name": outer_node, "next": []}]})
+    model.apply({"event": "pass_begin", "pass": 2, "parent": 1, "api": "backward",
+                 "roots": [7], "nodes": [{"id": 7, "name": "ReluBackward0", "next": []}]})
+    return status_text(model.snapshot(), waiting=False, gone=None, breakpoints=0,
+                       width=100).plain
+
+
+def test_a_reentrant_checkpoints_pass_says_it_is_the_recompute() -> None:
+    assert " pass 2  pass 1's recompute" in nested_status("CheckpointFunctionBackward")
+    assert " pass 2  nested in pass 1" in nested_status("MyFunctionBackward")
