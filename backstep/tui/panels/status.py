@@ -64,7 +64,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if view.parent is not None:  # what this pass is (a reentrant checkpoint's recompute)
             add(f" pass {view.parent}'s recompute" if view.recompute
                 else f" nested in pass {view.parent}", "yellow")
-        add(f" {view.api}", "bold", optional=1)  # the first to go on a short line
+        add(f" {view.api}", "bold", optional=1, role="api")  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")
         if view.create_graph:
@@ -129,7 +129,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     if room < 0:
         room = _squeeze(parts, squeeze, -room)
     keep: set[int] = set()
-    # the first keys, bare (" n c f"), come before the optional parts and "stopped:"
+    # the first keys, bare (" n c f"), come before "backward" and "stopped:"
     reserve = 2 * min(BARE_KEYS, len(hints) - 1) if width else 0
     if 0 <= room < reserve and "stopped" in squeeze:
         i = squeeze["stopped"]
@@ -137,7 +137,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         room += part.cell_len - 2
         parts[i] = (Text("  ", style=part.style), optional)
     for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
-        if optional == 1 and part.cell_len <= room - reserve:
+        if optional == 1 and part.cell_len <= room - (reserve if i == squeeze.get("api") else 0):
             keep.add(i)
             room -= part.cell_len
     keys, room = fit_keys(hints, room)
