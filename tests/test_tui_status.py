@@ -135,3 +135,19 @@ def nested_status(outer_node: str) -> str:
 def test_a_reentrant_checkpoints_pass_says_it_is_the_recompute() -> None:
     assert " pass 2  pass 1's recompute" in nested_status("CheckpointFunctionBackward")
     assert " pass 2  nested in pass 1" in nested_status("MyFunctionBackward")
+
+
+def test_at_80_columns_the_recompute_note_gives_way_before_the_node_name() -> None:
+    model = SessionModel()
+    model.apply({"event": "session", "version": 2, "torch": "t", "argv": ["x"], "pid": 1})
+    model.apply({"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
+                 "roots": [1], "nodes": [{"id": 1, "name": "CheckpointFunctionBackward",
+                                          "next": []}]})
+    model.apply({"event": "pass_begin", "pass": 2, "parent": 1, "api": "backward",
+                 "roots": [15], "nodes": [{"id": 15, "name": "GeluBackward0", "next": []}]})
+    model.apply({"event": "stopped", "pass": 2, "step": 1, "id": 15, "name": "GeluBackward0",
+                 "reason": "pass_start", "detail": None, "grad_outputs": [], "saved": []})
+    text = status_text(model.snapshot(), waiting=False, gone=None, breakpoints=0,
+                       width=80).plain
+    assert len(text) <= 80 and "before GeluBackward0 #15" in text, text
+    assert " pass 2  pass 1" in text, text

@@ -40,7 +40,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     keys are only those that still work); with ``width``, cut to fit: the node's name and "? help" always, the thread
     when there is room, then as many keys as fit, in ``HINTS`` order. When even the required
     parts are too long (a long node name, detail or error), they are squeezed in ``SQUEEZE``
-    order: "stopped:" goes, then the detail and error are cut at the right, then the node's name
+    order: "stopped:" goes, then what a nested pass is, the detail and error are cut at the
+    right, then the node's name
     in the middle (its ``#id`` stays), so the line never runs past ``width``."""
     # (part, optional): 0 required; 1 while it fits, before the keys; 2 only if room is left
     # once the keys are in
@@ -63,7 +64,7 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
             add(EDITED_WORDS, EDITED_STYLE)
         if view.parent is not None:  # what this pass is (a reentrant checkpoint's recompute)
             add(f" pass {view.parent}'s recompute" if view.recompute
-                else f" nested in pass {view.parent}", "yellow")
+                else f" nested in pass {view.parent}", "yellow", role="nested")
         add(f" {view.api}", "bold", optional=1, role="api")  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")
@@ -156,7 +157,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     return text
 
 
-SQUEEZE = (("stopped", 0), ("detail", 0), ("error", 16), ("name", 8))  # (role, fewest cells)
+SQUEEZE = (("stopped", 0), ("nested", 0), ("detail", 0), ("error", 16),  # (role, fewest cells)
+           ("name", 8))
 
 
 def _squeeze(parts: list[tuple[Text, int]], roles: dict[str, int], over: int) -> int:
