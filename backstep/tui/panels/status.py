@@ -63,8 +63,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         if view.edits:  # the person replaced a gradient: not the program's own from here on
             add(EDITED_WORDS, EDITED_STYLE)
         if view.parent is not None:  # what this pass is (a reentrant checkpoint's recompute)
-            add(f" pass {view.parent}'s recompute" if view.recompute
-                else f" nested in pass {view.parent}", "yellow", role="nested")
+            add(f" (pass {view.parent}'s recompute)" if view.recompute
+                else f" (nested in pass {view.parent})", "yellow", role="nested")
         add(f" {view.api}", "bold", optional=1, role="api")  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")
