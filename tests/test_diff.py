@@ -73,6 +73,12 @@ def test_a_changed_op_is_a_structural_difference_where_it_occurs(traces, capsys)
     assert found["kind"] == "structure"
     assert found["what"] == "a different op: TanhBackward0 in A, SigmoidBackward0 in B"
     assert found["step"] == 4  # Sum, Square, Mul, then the activation
+    assert found["node_b"] == "SigmoidBackward0"
+    assert found["source_b"]["file"].endswith("sigmoid.py")
+    code, out, _ = run(capsys, traces["ref"], traces["sigmoid"])
+    assert "  node     A: TanhBackward0   module -\n           B: SigmoidBackward0" in out
+    assert "  forward  A: ref.py:23  h = Square.apply(" in out
+    assert "           B: sigmoid.py:23  h = Square.apply(" in out
 
 
 def test_a_changed_constant_is_traced_to_the_saved_scalar(traces, capsys) -> None:
@@ -81,8 +87,11 @@ def test_a_changed_constant_is_traced_to_the_saved_scalar(traces, capsys) -> Non
     found = data["difference"]
     assert found["kind"] == "gradient" and found["node"].startswith("MulBackward")
     assert found["step"] == 2
-    assert found["hint"].startswith("a built-in backward given the same gradients gives the "
-                                    "same result: its saved tensor(s) other must differ")
+    # the wrapped scalar is a 0-dim saved tensor: its value is recorded, so diff names it
+    assert found["what"] == "saved tensors and outgoing gradients differ"
+    assert found["details"][0] == "other: value 2.0 vs 3.0"
+    code, out, _ = run(capsys, traces["ref"], traces["scale"])
+    assert "  differs  other: value 2.0 vs 3.0" in out
 
 
 def test_float32_against_float64_agrees_within_float32_tolerance(traces, capsys) -> None:

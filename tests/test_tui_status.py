@@ -32,6 +32,15 @@ def test_the_node_name_and_help_stay_at_80_columns() -> None:
     assert "before MulBackward0 #3" in text and text.rstrip().endswith("? help")
 
 
+def test_the_stepping_keys_stay_bare_where_their_words_do_not_fit() -> None:
+    for width in (70, 80):
+        text = line(width)
+        assert len(text) <= width and "before MulBackward0 #3" in text
+        keys = text.split("#3", 1)[1].split()
+        assert [k for k in keys if k in ("n", "c", "f")] == ["n", "c", "f"], text
+        assert text.endswith(" ? help"), text
+
+
 def test_keys_fill_in_order_as_the_line_widens() -> None:
     keys = [f" {key} {what}" for key, what in HINTS if (key, what) != HELP]
     before: list[str] = []
@@ -108,3 +117,37 @@ async def test_a_disconnect_that_arrives_while_the_app_closes_is_not_a_crash() -
     app._disconnected(Disconnected(returncode=-9))  # every screen is gone by now
     assert app.exit_code == 137
     assert app.gone == "the debuggee died (signal 9)"
+
+
+def nested_status(outer_node: str) -> str:
+    model = SessionModel()
+    model.apply({"event": "session", "version": 2, "torch": "t", "argv": ["x"], "pid": 1})
+    model.apply({"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
+                 "roots": [1], "nodes": [
+                     {"id": 1, "name": "SumBackward0", "next": [2]},
+                     {"id": 2, "name": outer_node, "next": []}]})
+    model.apply({"event": "pass_begin", "pass": 2, "parent": 1, "api": "backward",
+                 "roots": [7], "nodes": [{"id": 7, "name": "ReluBackward0", "next": []}]})
+    return status_text(model.snapshot(), waiting=False, gone=None, breakpoints=0,
+                       width=100).plain
+
+
+def test_a_reentrant_checkpoints_pass_says_it_is_the_recompute() -> None:
+    assert " pass 2  (pass 1's recompute)" in nested_status("CheckpointFunctionBackward")
+    assert " pass 2  (nested in pass 1)" in nested_status("MyFunctionBackward")
+
+
+def test_at_80_columns_the_recompute_note_gives_way_before_the_node_name() -> None:
+    model = SessionModel()
+    model.apply({"event": "session", "version": 2, "torch": "t", "argv": ["x"], "pid": 1})
+    model.apply({"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
+                 "roots": [1], "nodes": [{"id": 1, "name": "CheckpointFunctionBackward",
+                                          "next": []}]})
+    model.apply({"event": "pass_begin", "pass": 2, "parent": 1, "api": "backward",
+                 "roots": [15], "nodes": [{"id": 15, "name": "GeluBackward0", "next": []}]})
+    model.apply({"event": "stopped", "pass": 2, "step": 1, "id": 15, "name": "GeluBackward0",
+                 "reason": "pass_start", "detail": None, "grad_outputs": [], "saved": []})
+    text = status_text(model.snapshot(), waiting=False, gone=None, breakpoints=0,
+                       width=80).plain
+    assert len(text) <= 80 and "before GeluBackward0 #15" in text, text
+    assert " pass 2  (pass 1" in text, text

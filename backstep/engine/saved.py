@@ -4,6 +4,7 @@ re-runs the forward under checkpoint and raises when stale).
 Statuses: ``alive``; ``freed`` (released by an earlier pass without retain_graph); ``modified``
 (changed in place since it was saved); ``none`` (PyTorch did not need to save it); ``packed``
 (held by saved_tensors_hooks, as under checkpoint); ``scalar`` (a saved number or size);
+a 0-dim tensor on the CPU (a wrapped scalar) is ``alive`` with its ``value`` too;
 ``unknown`` (a torch without ``SavedTensor.data``, before 2.10: nothing about a saved tensor can be
 read without unpacking it, and unpacking re-runs checkpoint forwards, so only its name is known).
 """
@@ -91,6 +92,11 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
     entry["shape"] = list(data.shape)
     entry["dtype"] = dtype_text(data.dtype)
     entry["bytes"] = data.numel() * data.element_size()
+    value = zero_dim_value(data)
+    if value is not _NO_VALUE:  # written before "version", as the cached records expect
+        del entry["version"]
+        entry["value"] = value
+        entry["version"] = None
     now = data._version
     saved = recorded.get(name) if recorded else None
     if saved is not None:
@@ -108,6 +114,21 @@ def _one(node: Any, name: str, raw: Any, attr: str, recorded: dict | None, check
                 entry["version"] = {"saved": int(match.group(2)), "now": int(match.group(1))}
                 entry["modified_by"] = _modified_by(data, int(match.group(2)), now)
     return entry
+
+
+_NO_VALUE = object()
+
+
+def zero_dim_value(data: torch.Tensor) -> Any:
+    """The value of a 0-dim tensor on the CPU (a wrapped scalar such as ``-0.5``), as JSON:
+    reading it costs no more than its summary would; else ``_NO_VALUE`` (a GPU tensor's value
+    would cost a device sync, a bigger tensor has a shape and no one value)."""
+    try:
+        if data.dim() != 0 or data.device.type != "cpu" or data.is_sparse:
+            return _NO_VALUE
+        return _scalar(data.item())
+    except Exception:  # noqa: BLE001 - a tensor that will not say has no value to record
+        return _NO_VALUE
 
 
 def _modified_by(data: Any, saved: int, now: int) -> dict[str, Any] | None:
@@ -219,6 +240,8 @@ def _keyed(key: list[Any], versions: list[int], data: torch.Tensor, saved: int |
             return False
         versions.append(saved)
     key += (data.shape, data.dtype, saved is not None)  # the bytes follow from these two
+    if not data.shape:  # a 0-dim tensor's entry holds its value (repr: -0.0 is not 0.0)
+        key.append(repr(zero_dim_value(data)))
     return True
 
 

@@ -123,6 +123,10 @@ SAVED_ENTRY = Obj("saved-tensor object", {
                 default="alive"),
     "shape": F(INTS, "its shape"), "dtype": F(STR_OR_NULL, "its dtype"),
     "bytes": F(INT_OR_NULL, "what it holds"),
+    "value": F(lambda v: (
+        None if SCALAR[1](v) or (type(v) is list and all(map(SCALAR[1], v)))
+        else ("", f"expected a number, str or list of them, got {what(v)}")),
+        "a saved scalar's value, or a 0-dim CPU tensor's (a wrapped scalar such as -0.5)"),
     "version": F(Obj("{saved, now} or null", {
         "saved": F(INT_OR_NULL, "the version saved"),
         "now": F(INT_OR_NULL, "the version now")}).check,
@@ -132,10 +136,6 @@ SAVED_ENTRY = Obj("saved-tensor object", {
         "line": F(INT_OR_NULL, "its line"), "code": F(STR_OR_NULL, "its text"),
         "version": F(INT_OR_NULL, "the version it made")}).check,
         "the in-place op that modified it"),
-    "value": F(lambda v: (
-        None if SCALAR[1](v) or (type(v) is list and all(map(SCALAR[1], v)))
-        else ("", f"expected a number, str or list of them, got {what(v)}")),
-        "a saved scalar's value"),
 }, required=("name",), null=False)
 SAVED = list_of(SAVED_ENTRY.check, "list of saved tensors or null")
 GRAPH_NODE = Obj("node object", {
@@ -196,6 +196,9 @@ EVENTS: dict[str, Event] = {
                              "retain_graph=True (jacobian, hessian), when the caller's did not",
                              default=None),
         "thread": F(STR_OR_NULL, "the thread it runs on"),
+        "leaves": F(list_of(INT, "list of ids or null"), "the leaves' ids in model order (as "
+                    "named_parameters() lists them, unnamed leaves last); absent without leaves",
+                    default=None),
         "nodes": F(list_of(GRAPH_NODE.check, "list of nodes or null"), "the graph's nodes "
                    "(a trace writes each distinct source once, in sources)", form="graph_nodes"),
     }, BOTH, required=("pass",), urgent=True),

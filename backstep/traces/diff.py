@@ -173,13 +173,18 @@ class Finding:
     details: list[str] | None = None
     sides: list[dict[str, Any]] | None = None  # [{slot, a, b}] the numbers both sides
     hint: str | None = None  # what the recorded numbers imply about the cause
+    node_b: dict[str, Any] | None = None  # B's node where a different op stands in A's place
 
     def as_dict(self) -> dict[str, Any]:
         node = self.node or {}
-        return {"kind": self.kind, "what": self.what, "pass": self.pass_a, "pass_b": self.pass_b,
-                "step": self.step, "node": node.get("name"), "module": node.get("module"),
-                "source": node.get("source"), "details": self.details or [],
-                "sides": self.sides or [], "hint": self.hint}
+        out = {"kind": self.kind, "what": self.what, "pass": self.pass_a, "pass_b": self.pass_b,
+               "step": self.step, "node": node.get("name"), "module": node.get("module"),
+               "source": node.get("source"), "details": self.details or [],
+               "sides": self.sides or [], "hint": self.hint}
+        if self.node_b is not None:
+            out.update(node_b=self.node_b.get("name"), module_b=self.node_b.get("module"),
+                       source_b=self.node_b.get("source"))
+        return out
 
 
 _BUILTIN = re.compile(r"Backward\d+$")
@@ -257,7 +262,7 @@ class PassDiff:
             if other_name != event.get("name"):
                 return self._finding(
                     "structure", f"a different op: {event.get('name')} in A, {other_name} in B",
-                    event)
+                    event, node_b=self.info_b[other_id])
         return None
 
     def run(self) -> tuple[Finding | None, Finding | None]:
@@ -296,7 +301,7 @@ class PassDiff:
         if other_name != event.get("name"):
             return row, self._finding(
                 "structure", f"a different op: {event.get('name')} in A, {other_name} in B",
-                event), None
+                event, node_b=self.info_b[other_id]), None
         other = self.steps_b.get(other_id)
         if other is None:
             return row, self._finding("structure", f"{event.get('name')} ran in A only", event), None

@@ -16,8 +16,8 @@ def where(finding: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def source(finding: dict[str, Any]) -> str:
-    found = finding.get("source")
+def source(finding: dict[str, Any], key: str = "source") -> str:
+    found = finding.get(key)
     if not found:
         return "forward line not recorded"
     return f"{os.path.basename(found.get('file') or '?')}:{found.get('line')}  " \
@@ -41,7 +41,12 @@ def finding_lines(found: dict[str, Any], cause: dict[str, Any] | None) -> list[s
     head = "structural difference" if found["kind"] == "structure" else "difference born"
     at = where(found)
     lines = [f"{head}{' at ' + at if at else ''}: {found['what']}"]
-    if found.get("node"):
+    if found.get("node") and found.get("node_b"):  # a different op in B: both sides
+        lines.append(f"  node     A: {found['node']}   module {found.get('module') or '-'}")
+        lines.append(f"           B: {found['node_b']}   module {found.get('module_b') or '-'}")
+        lines.append(f"  forward  A: {source(found)}")
+        lines.append(f"           B: {source(found, 'source_b')}")
+    elif found.get("node"):
         lines.append(f"  node     {found['node']}   module {found.get('module') or '-'}")
         lines.append(f"  forward  {source(found)}")
     lines += [f"  differs  {detail}" for detail in found.get("details") or []]

@@ -325,7 +325,7 @@ class BackstepApp(PlainText):
                 modules.reveal(stop.id)
         if isinstance(self.screen, FlowScreen):  # the chart fills in as leaves accumulate
             self.screen.show(snap)
-        if self.query_one(DiagnosisBanner).show(snap.diagnoses):
+        if self.query_one(DiagnosisBanner).show(snap.diagnoses, snap.passes):
             self._diagnosis_new = True
             self._focus_diagnosis()
         elif new_stop and self._diagnosis_new:

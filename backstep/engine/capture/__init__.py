@@ -315,6 +315,8 @@ class Capture(Hooks, Output, TensorValues):
             "roots": [graph.ids[i] for i in p.options["roots"]],
             "thread": threading.current_thread().name,
         })
+        if p.leaf_order:
+            event["leaves"] = p.leaf_order
         try:  # the node list is written from its parts' texts; "nodes" comes last
             event.text = f'{compact_json(event)[:-1]},{listing_text}}}\n'
         except (TypeError, ValueError):
@@ -360,6 +362,17 @@ class Capture(Hooks, Output, TensorValues):
                 p.shards[i] = leaf.param
                 name = name or found.get(id(leaf.param)) or leaf.fqn
             p.leaf_names[i] = name or naming.fallback_name(graph.ids[i], variable)
+        # model order: as the names were found (a module's leaves as named_parameters() lists
+        # them), then the leaves no variable names, the one farthest from the loss first
+        rank = {key: k for k, key in enumerate(found)}
+        unnamed = len(rank)
+
+        def model_order(i: int) -> tuple[int, int]:
+            leaf = fsdp.get(i)
+            key = id(leaf.param) if leaf is not None and id(leaf.param) in rank \
+                else id(leaves[i])
+            return rank.get(key, unnamed), -i
+        p.leaf_order = [graph.ids[i] for i in sorted(leaves, key=model_order)]
 
     def _retained_in(self, p: Pass, frame: Any
                      ) -> list[tuple[Any, int, str, dict[str, Any] | None]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from backstep.events import unmatched
 from backstep.engine.capture.passes import (
     ACCUMULATE,
     RETAINED_KEY,
@@ -20,6 +19,7 @@ from backstep.engine.graph import display_name
 from backstep.engine.recorder import Sink, emit_all
 from backstep.engine.saved import has_saved, saved_status
 from backstep.engine.summary import SummaryBatch
+from backstep.events import unmatched
 from backstep.events.text import Encoded, accumulate_text, name_text, node_text
 
 

@@ -37,6 +37,7 @@ class Pass:
         self.records: list[tuple[Any, ...]] = []
         self.batch = SummaryBatch()
         self.leaf_names: dict[int, str] = {}
+        self.leaf_order: list[int] = []  # the leaves' node ids in model order (pass_begin's leaves)
         self.before: dict[int, dict[str, Any] | None] = {}  # leaf index -> .grad summary at start
         self.retained: list[tuple[Any, int, str, dict[str, Any] | None]] = []
         # leaf index -> the sharded parameter an FSDP leaf's unsharded one stands for

@@ -25,6 +25,7 @@ ROLES = {
     "created": "created at",
 }
 HINT = "d next · D previous · x dismiss"
+SHORT_HINT = "x dismiss"  # what a narrow screen shows of HINT
 RANK = {"info": 0, "warning": 1, "error": 2}  # an unknown severity is drawn as an error
 
 
@@ -71,6 +72,7 @@ class DiagnosisBanner(Vertical):
         self.diagnoses: tuple[Diagnosis, ...] = ()
         self.index = 0
         self.dismissed = False
+        self.latest_pass = 0  # the latest pass that began: a later one hides an earlier's banner
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="diag-head"):
@@ -78,6 +80,7 @@ class DiagnosisBanner(Vertical):
             yield Static(id="diag-tags")
             yield Static(id="diag-count")
             yield Static(HINT, id="diag-hint")
+            yield Static(SHORT_HINT, id="diag-short")
         yield Static(id="diag-message")
         yield Static(id="diag-related")
 
@@ -91,14 +94,21 @@ class DiagnosisBanner(Vertical):
             return None
         return self.diagnoses[self.index]
 
-    def show(self, diagnoses: tuple[Diagnosis, ...]) -> bool:
+    def show(self, diagnoses: tuple[Diagnosis, ...], passes: int = 0) -> bool:
         """Take the session's list; True when a new diagnosis has just come into view.
 
         A new one is brought into view when the banner was hidden (none yet, or dismissed) or
         when it is more severe than the one shown (a warning after an info): otherwise a person
         reading one diagnosis is not yanked to the next, the count grows. Of several new ones,
-        the first of the most severe.
+        the first of the most severe. Once a later pass than the shown diagnosis's begins
+        (``passes``: the latest pass that began), the banner is put away (``d`` brings it back;
+        the status line counts the diagnoses).
         """
+        if passes > self.latest_pass:
+            self.latest_pass = passes
+            shown = self.current
+            if shown is not None and shown.pass_ is not None and shown.pass_ < passes:
+                self.dismiss()
         if diagnoses is self.diagnoses:
             return False
         before = len(self.diagnoses)

@@ -83,6 +83,11 @@ class GradientsPanel(OptionList):
         region = self.content_region
         return max(region.width - self.styles.scrollbar_size_vertical, 0), region.height
 
+    def on_focus(self) -> None:
+        """Focused with no row selected (``tab``): the first gradient is, so ``enter`` opens it."""
+        if self.highlighted is None:
+            self.action_first()
+
     def on_resize(self) -> None:
         """Fit the summaries to the new size (shorter forms, or fewer lines, when short)."""
         if self._focus is not None and self._fit() != self._fitted:

@@ -20,7 +20,7 @@ from backstep.tui.panels.status import live_passes
 from backstep.tui.state.graphlayout import TOP, GraphLayout, Key, Row, layout_of
 from backstep.tui.state.snapshot import PassView, Snapshot
 from backstep.tui.text.edited import graph_title
-from backstep.tui.text.fit import LEAF_ROOM, cut_middle, name_and_leaf
+from backstep.tui.text.fit import cut_middle, name_and_leaf
 from backstep.tui.text.format import GLYPHS, cut_left
 from backstep.tui.text.region import RegionOp, group_label, op_label
 from backstep.tui.widgets.lighttree import LightTree
@@ -188,32 +188,37 @@ class GraphPanel(LightTree[Row]):
         line = ""
         if info is not None and info.source and isinstance(info.source.get("line"), int):
             line = f" :{info.source['line']}"
-        # what is left of the row for the leaf name and module path, which are cut from the left
-        # (their tail is the informative part; the full names are in the Gradients panel); a row
-        # is never wider than the panel, so nothing is cut at the right (never at both ends)
+        # the row's cells go to the name and its leaf, then the module path, then the #id, then
+        # the source line: a narrow row drops the line, then the id (both are in the Source and
+        # Gradients panels), then cuts the leaf and module path from the left (their tail is
+        # the informative part), then cuts the name in the middle; a row is never wider than
+        # the panel, so nothing is cut at the right
         mark = " ⇄" if info is not None and info.comm else ""  # communication happens here
-        room = self._room(row, indent) - len(glyph) - 1 - len(name) - len(line) - len(mark)
-        wants = 1 + min(len(info.leaf), LEAF_ROOM) if info is not None and info.leaf else 0
-        if room < wants and line:  # the source line goes first (it is in the Source panel)
-            room += len(line)
-            line = ""
-        if room < 0 and not wants:  # then the name is cut in the middle
-            name = cut_middle(name, max(len(name) + room, 6))
-            room = 0
-        if info is not None and info.leaf:
-            room += len(name)
-            name, leaf = name_and_leaf(name, info.leaf, room)
+        room = self._room(row, indent) - len(glyph) - 1 - len(mark)
+        leaf = info.leaf if info is not None else None
+        if leaf:
+            name, leaf = name_and_leaf(name, leaf, room)
             room -= len(name) + 1 + len(leaf)
+        else:
+            if len(name) > room:
+                name = cut_middle(name, max(room, 6))
+            room -= len(name)
+        module = f" {info.module}" if info is not None and info.module else ""
+        node_id = f" #{row.node}"
+        if room < len(module) + len(node_id) + len(line):
+            line = ""
+        if room < len(module) + len(node_id):
+            node_id = ""
+        if len(module) > room:
+            module = f" {cut_left(module[1:], room - 1)}" if room > MIN_NAME else ""
+        if not module and not line and room >= len(f" #{row.node}"):
+            node_id = f" #{row.node}"  # no module to make room for: the id fits
         text.append(name, style="bold reverse" if state == "current" else "")
         text.append(mark, style="bold magenta")
-        if info is not None and info.leaf:
+        if leaf:
             text.append(f" {leaf}", style="green")
-        node_id = f" #{row.node}"
-        if room >= len(node_id):  # else the id goes (it is in the Gradients panel's title)
-            text.append(node_id, style="dim")
-            room -= len(node_id)
-        if info is not None and info.module and room > MIN_NAME:
-            text.append(f" {cut_left(info.module, room - 1)}", style="dim cyan")
+        text.append(node_id, style="dim")
+        text.append(module, style="dim cyan")
         text.append(line, style="dim")
         return text
 

@@ -19,6 +19,7 @@ HINTS = (("n", "step"), ("c", "continue"), ("f", "finish"), ("b", "break"), ("B"
          ("m", "modules"), ("/", "search"), ("F", "flow"), ("z", "maximise"), ("?", "help"),
          ("q", "quit"))
 HELP = ("?", "help")
+BARE_KEYS = 3  # keys shown without their words where the words do not fit (`` n c f``)
 EAGER = "compile disabled by --eager"  # the session's ``eager`` field (engine.compiled.eager)
 # once the script has ended (or its debuggee is gone) nothing resumes: what still works
 ENDED_HINTS = (("q", "quit"), ("p", "review"), ("m", "modules"), ("/", "search"),
@@ -32,7 +33,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     keys are only those that still work); with ``width``, cut to fit: the node's name and "? help" always, the thread
     when there is room, then as many keys as fit, in ``HINTS`` order. When even the required
     parts are too long (a long node name, detail or error), they are squeezed in ``SQUEEZE``
-    order: "stopped:" goes, then the detail and error are cut at the right, then the node's name
+    order: "stopped:" goes, then what a nested pass is, the detail and error are cut at the
+    right, then the node's name
     in the middle (its ``#id`` stays), so the line never runs past ``width``."""
     # (part, optional): 0 required; 1 while it fits, before the keys; 2 only if room is left
     # once the keys are in
@@ -53,7 +55,10 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
         add(f" pass {view.number} ", "bold reverse")
         if view.edits:  # the person replaced a gradient: not the program's own from here on
             add(EDITED_WORDS, EDITED_STYLE)
-        add(f" {view.api}", "bold", optional=1)  # the first to go on a short line
+        if view.parent is not None:  # what this pass is (a reentrant checkpoint's recompute)
+            add(f" (pass {view.parent}'s recompute)" if view.recompute
+                else f" (nested in pass {view.parent})", "yellow", role="nested")
+        add(f" {view.api}", "bold", optional=1, role="api")  # the first to go on a short line
         if view.retain_graph:
             add(" retain_graph", "yellow")
         if view.create_graph:
@@ -121,8 +126,15 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     if room < 0:
         room = _squeeze(parts, squeeze, -room)
     keep: set[int] = set()
+    # the first keys, bare (" n c f"), come before "backward" and "stopped:"
+    reserve = 2 * min(BARE_KEYS, len(hints) - 1) if width else 0
+    if 0 <= room < reserve and "stopped" in squeeze:
+        i = squeeze["stopped"]
+        part, optional = parts[i]
+        room += part.cell_len - 2
+        parts[i] = (Text("  ", style=part.style), optional)
     for i, (part, optional) in enumerate(parts):  # the first optional parts while they fit
-        if optional == 1 and part.cell_len <= room:
+        if optional == 1 and part.cell_len <= room - (reserve if i == squeeze.get("api") else 0):
             keep.add(i)
             room -= part.cell_len
     keys, room = fit_keys(hints, room)
@@ -141,7 +153,8 @@ def status_text(snapshot: Snapshot, *, waiting: bool, gone: str | None,
     return text
 
 
-SQUEEZE = (("stopped", 0), ("detail", 0), ("error", 16), ("name", 8))  # (role, fewest cells)
+SQUEEZE = (("stopped", 0), ("nested", 0), ("detail", 0), ("error", 16),  # (role, fewest cells)
+           ("name", 8))
 
 
 def _squeeze(parts: list[tuple[Text, int]], roles: dict[str, int], over: int) -> int:
@@ -201,18 +214,32 @@ def live_passes(snapshot: Snapshot, width: int = 0) -> str:
 
 def fit_keys(hints: tuple[tuple[str, str], ...], room: int) -> tuple[Text, int]:
     """The keys in order while they fit in ``room`` cells ("? help" always, its room already
-    set aside), none after one that did not fit; and the room left (-1 once one did not)."""
+    set aside), then, from the first whose words do not fit, up to ``BARE_KEYS`` bare keys
+    (`` n c f``: "? help" names them) while those fit; and the room left (-1 once one did not fit whole)."""
     keys = Text()
-    for key, what in hints:
+    bare = full = False  # bare: a key's words did not fit; full: nor did a bare key (only the
+    # first BARE_KEYS go bare: they say what matters most)
+    words = [hint_text(*h).cell_len for h in hints if h != HELP]
+    # where not all fit with their words, the words leave room for the first keys bare
+    spare = 0 if sum(words) <= room else 2 * BARE_KEYS
+    for index, (key, what) in enumerate(hints):
         hint = hint_text(key, what)
         if (key, what) == HELP:
             keys.append_text(hint)
-        elif hint.cell_len <= room:
+            continue
+        spare = max(spare - 2, 0)
+        if not bare and hint.cell_len + spare <= room:
             keys.append_text(hint)
             room -= hint.cell_len
-        else:
-            room = -1  # the order stays the order of the hints
-    return keys, room
+            continue
+        bare = True
+        hint = Text(f" {key}", style="bold cyan")
+        if full or index >= BARE_KEYS or hint.cell_len > room:
+            full = True  # the order stays the order of the hints
+            continue
+        keys.append_text(hint)
+        room -= hint.cell_len
+    return keys, -1 if bare else room
 
 
 def with_keys(head: Text, hints: tuple[tuple[str, str], ...], width: int = 0) -> Text:

@@ -33,17 +33,22 @@ class LeafFlow:
 
 
 def pass_flows(view: PassView | None) -> list[LeafFlow]:
-    """``view``'s leaves in model order: the graph is walked from the loss, so it lists the
-    last layer's parameters first; reversed, the first layer comes first."""
+    """``view``'s leaves in model order: as pass_begin's ``leaves`` lists them (the order of
+    ``named_parameters()``); a trace without it lists the graph's leaves as walked from the
+    loss, reversed (the first layer first, roughly)."""
     if view is None:
         return []
     accs = {a.leaf: a for a in view.accumulations()}
+    graph = view.graph
     names: list[str] = []
-    for info in view.graph.nodes.values():
+    for info in (graph.nodes[i] for i in graph.leaves) if graph.leaves else graph.nodes.values():
         if info.leaf and info.leaf not in names:
             names.append(info.leaf)
-    names += [n for n in accs if n not in names]
-    names.reverse()
+    if graph.leaves:  # the tensors that retain_grad() after them
+        names += [n for n in accs if n not in names]
+    else:
+        names += [n for n in accs if n not in names]
+        names.reverse()
     flows = []
     for name in names:
         acc = accs.get(name)

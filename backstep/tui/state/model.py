@@ -49,6 +49,9 @@ _SETTLE_LATER = Snapshot()
 MALFORMED = (TypeError, ValueError, KeyError, AttributeError)
 log = logging.getLogger(__name__)
 
+# the backward of a reentrant checkpoint: it recomputes its forward and runs a nested pass
+CHECKPOINTS = frozenset({"CheckpointFunctionBackward"})
+
 
 def _related(value: Any) -> tuple[Related, ...]:
     items = []
@@ -172,10 +175,13 @@ class SessionModel:
             api=str(ev.get("api", "backward")),
             retain_graph=bool(ev.get("retain_graph")),
             create_graph=bool(ev.get("create_graph")),
-            graph=Graph.build(ev.get("nodes"), ev.get("roots")),
+            graph=Graph.build(ev.get("nodes"), ev.get("roots"), ev.get("leaves")),
             log=PassLog(),
             thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
         )
+        outer = self._views.get(view.parent) if view.parent is not None else None
+        if outer is not None and any(n.name in CHECKPOINTS for n in outer.graph.nodes.values()):
+            view = replace(view, recompute=True)
         self._views[view.number] = view
         snap = replace(self._snap, passes=max(self._snap.passes, view.number), running=True)
         stop = snap.stop

@@ -247,9 +247,10 @@ class Graph:
     order: tuple[int, ...]
     roots: tuple[int, ...]
     reached: frozenset[int]  # the ids some node's gradients flow to (those with a parent)
+    leaves: tuple[int, ...] = ()  # the leaves' ids in model order, as pass_begin sent them
 
     @classmethod
-    def build(cls, raw_nodes: Any, roots: Any) -> Graph:
+    def build(cls, raw_nodes: Any, roots: Any, leaves: Any = None) -> Graph:
         nodes: dict[int, NodeInfo] = {}
         # plain type checks and the tuple made directly (NodeInfo's own __new__ is Python): a
         # pass change of a 2500-node graph builds this while the person waits for the key's
@@ -284,7 +285,8 @@ class Graph:
         if not root_ids:
             root_ids = tuple(i for i in nodes if i not in reached)[:1] or tuple(nodes)[:1]
         return cls(nodes=MappingProxyType(nodes), order=tuple(nodes), roots=root_ids,
-                   reached=reached)
+                   reached=reached,
+                   leaves=tuple(i for i in as_tuple(leaves) if type(i) is int and i in nodes))
 
     def children(self, node_id: int) -> list[int]:
         """The ids a node's gradients flow to, in ``next_functions`` order, known ids only."""

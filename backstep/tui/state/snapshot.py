@@ -46,6 +46,7 @@ class PassView:
     skipped: frozenset[int] = frozenset()
     thread: str | None = None  # the thread that called backward
     edits: tuple[str, ...] = ()  # gradient edits the person made in this pass (``edit`` events)
+    recompute: bool = False  # nested in a pass that holds a reentrant checkpoint: its recompute
 
     def record(self, node_id: int) -> NodeRecord | None:
         """The node's record if it ran by this moment."""
