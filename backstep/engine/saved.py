@@ -306,3 +306,26 @@ def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:
         return out
     except Exception as exc:  # noqa: BLE001 - status is informative; never break a pass
         return [{"name": "?", "status": "unknown", "note": f"{type(exc).__name__}: {exc}"[:120]}]
+
+
+def saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of each saved tensor of ``node`` that is held now and saved without
+    hooks, read without unpacking (``SavedTensor.data``); a custom Function's ``saved_tensors``
+    as ``name[k]``. Empty on a torch without ``SavedTensor.data``. For memory accounting."""
+    if not SAVED_DATA:
+        return []
+    tensors, _ = _attribute_names(node)
+    out = []
+    for name in tensors:
+        try:
+            raw = getattr(node, _RAW + name)
+        except Exception:  # noqa: BLE001
+            continue
+        items = enumerate(raw) if type(raw) is tuple else ((None, raw),)
+        for k, item in items:
+            if type(item) is not _SavedTensor or item.unpack_hook is not None:
+                continue
+            data = item.data
+            if data is not None:
+                out.append((name if k is None else f"{name}[{k}]", data))
+    return out
