@@ -9,7 +9,7 @@ model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(32, 8), torch.randn(32, 1)
 total_loss = 0
-for step in range(8):
+for _ in range(8):
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
