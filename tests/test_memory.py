@@ -136,3 +136,34 @@ def test_a_pass_keeps_no_tensor_alive() -> None:
     traced(step)
     gc.collect()
     assert refs[0]() is None
+
+
+def test_cuda_figures_beside_them() -> None:
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.cuda.init()
+    model = nn.Linear(64, 64).cuda()
+    x = torch.randn(32, 64, device="cuda")
+
+    def step() -> None:
+        model(x).tanh().sum().backward()
+
+    events = traced(step)
+    memory = next(e for e in events if e["event"] == "memory")
+    end = next(e for e in events if e["event"] == "memory_end")
+    for figures in (memory["cuda"], end["cuda"]):
+        assert figures["allocated"] > 0 and figures["peak"] >= figures["allocated"]
+    assert check(memory) is None and check(end) is None
+
+
+def test_cuda_figures_never_sync(monkeypatch) -> None:
+    """On CPU the figures are null, and reading them calls nothing that could sync."""
+    from backstep.engine.capture import memory as memory_module
+
+    assert memory_module.cuda_figures() is None or torch.cuda.is_available()
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(a))
+    memory_module.cuda_figures()
+    assert calls == []
