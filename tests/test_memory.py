@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from backstep.engine.capture import Capture
-from backstep.engine.provenance import Provenance
+from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import ListRecorder
 from backstep.events.spec import check
 
@@ -48,6 +48,7 @@ def unique_saved_storages(root: object, leaves: set[int]) -> dict[int, int]:
 def traced(step) -> list[dict]:
     recorder = ListRecorder()
     capture, provenance = Capture(recorder), Provenance()
+    capture.annotate = annotate  # as engine/session.py wires them
     capture.install()
     provenance.install()
     try:
