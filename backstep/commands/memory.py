@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
                 f"{numbers[0]}-{numbers[-1]})")
             return 2
         try:
-            events = index.read_kinds(number, {"memory", "memory_end"})
+            events = index.read_kinds(number, {"pass_begin", "memory", "memory_end"})
         except TraceError as exc:
             say("memory", str(exc))
             return 2
@@ -60,8 +60,12 @@ def main(args: argparse.Namespace) -> int:
         say("memory", f"{args.trace}: pass {number} has no memory event (recorded by an older "
             "backstep, or not recorded)")
         return 2
+    begin = next((e for e in events if e.get("event") == "pass_begin"), None)
+    sources = {n.get("id"): n.get("source") for n in (begin or {}).get("nodes") or []
+               if isinstance(n, dict)}
     freed = end.get("freed") if end else None
-    rows = table.rows(memory, args.by, freed if isinstance(freed, list) else None)
+    rows = table.rows(memory, args.by, freed if isinstance(freed, list) else None,
+                      sources=sources)
     total = memory.get("bytes") or 0
     if args.json:
         out: dict[str, Any] = {

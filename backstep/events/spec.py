@@ -169,11 +169,11 @@ CUDA_FIGURES = Obj("{allocated, peak} or null", {
     "peak": F(INT_OR_NULL, "torch.cuda.max_memory_allocated()")})
 STORAGE = Obj("storage object", {
     "bytes": F(INT, "the storage's size (its nbytes), counted once however many views"),
-    "module": F(STR_OR_NULL, "the module whose forward made it, or null"),
-    "op": F(STR_OR_NULL, "the node whose forward made it, as TanhBackward0, or null (made "
-            "outside the graph)"),
-    "source": F(SOURCE.check, "the forward line that made it (else the first that saved it)"),
-    "node": F(INT_OR_NULL, "the id of the node that made it, or null"),
+    "module": F(STR_OR_NULL, "the module whose forward made it", default=None),
+    "op": F(STR_OR_NULL, "the type of the node whose forward made it, as TanhBackward0 (null: "
+            "made outside the graph)", default=None),
+    "node": F(INT_OR_NULL, "the id of the node that made it (its line is that node's in "
+              "pass_begin; null: the first of held_by's)", default=None),
     "held_by": F(IDS, "the ids of the nodes that save it"),
 }, required=("bytes",), null=False)
 KEPT = Obj("{graphs, bytes, passes, by} or null", {
@@ -396,7 +396,7 @@ def reference() -> str:
                     else "")
             lines.append(f"  - `{name}`: {f.doc}{left}")
     for title, obj in (("a summary", SUMMARY), ("a saved tensor", SAVED_ENTRY),
-                       ("a graph node", GRAPH_NODE)):
+                       ("a graph node", GRAPH_NODE), ("a memory storage", STORAGE)):
         lines.append(f"- {title}:")
         for name, f in obj.fields.items():
             left = (f", left out at `{_json(f.default)}`" if f.default is not NO_DEFAULT

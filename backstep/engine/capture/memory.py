@@ -7,7 +7,8 @@ graph's leaves (parameters, and inputs that require grad) are left out: they out
 Each storage goes to the node whose forward made it: the ``grad_fn`` a saved input carries, or
 the node itself for a saved output (``result``); its module and forward line are that node's.
 A storage no node of the graph made (the batch, the target) goes to the line of the first node
-that saved it, with no module.
+that saved it, with no module. Lines are not repeated here: a storage names its node (``node``,
+else the first of ``held_by``), whose line ``pass_begin`` lists.
 
 Only ints and strings are kept between the start and the end of a pass (storage sizes and the
 local indices of the nodes that hold each one), never a tensor or a node. At the end
@@ -102,16 +103,16 @@ def memory_event(number: int, graph: Any, listed: list[dict[str, Any]]
                 if entry[3][-1] != i:
                     entry[3].append(i)
     storages = []
-    for size, maker, first, holders in found:
-        where = listed[maker if maker is not None else first]
-        storages.append({
-            "bytes": size,
-            "module": where.get("module") if maker is not None else None,
-            "op": where.get("name") if maker is not None else None,
-            "source": where.get("source"),
-            "node": ids[maker] if maker is not None else None,
-            "held_by": [ids[j] for j in holders],
-        })
+    for size, maker, _first, holders in found:
+        storage: dict[str, Any] = {"bytes": size}
+        if maker is not None:  # its module and node type; its line is the node's (pass_begin)
+            where = listed[maker]
+            if where.get("module") is not None:
+                storage["module"] = where["module"]
+            storage["op"] = where.get("name")
+            storage["node"] = ids[maker]
+        storage["held_by"] = [ids[j] for j in holders]
+        storages.append(storage)
     event = {"event": "memory", "pass": number, "bytes": sum(s[0] for s in found),
              "storages": storages, "leaves": left_out, "cuda": cuda_figures()}
     return event, PassMemory([s[0] for s in found], [s[3] for s in found])

@@ -28,7 +28,8 @@ def memory_table(view: PassView | None, by: str = "module") -> MemoryTable | Non
     executed = view.executed()
     steps = {node: k + 1 for k, node in enumerate(executed)}
     freed = table.freed_so_far(memory, steps, view.retain_graph)
-    rows = table.rows(memory, by, freed)
+    sources = {node: info.source for node, info in view.graph.nodes.items()}
+    rows = table.rows(memory, by, freed, sources=sources)
     total = memory.get("bytes") if type(memory.get("bytes")) is int else 0
     leaves = memory.get("leaves") if type(memory.get("leaves")) is int else 0
     return MemoryTable(rows, total, sum(r["held"] for r in rows), leaves, len(executed))
