@@ -172,3 +172,28 @@ def test_cuda_figures_never_sync(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(a))
     memory_module.cuda_figures()
     assert calls == []
+
+
+def test_run_armed_reads_no_memory(monkeypatch) -> None:
+    """A live session between stops records nothing: no saved storage is read."""
+    from backstep.engine import capture as capture_module
+    from backstep.engine.controller import Controller
+
+    calls = []
+    monkeypatch.setattr(capture_module, "memory_event", lambda *a: calls.append(a))
+    controller = Controller(lambda event: None, [], stop_at_pass_start=False)
+    capture = Capture(ListRecorder(), controller, record=False)
+    capture.install()
+    try:
+        t = torch.randn(8, 8, requires_grad=True)
+        (t * 2).tanh().sum().backward()
+    finally:
+        capture.uninstall()
+    assert calls == [] and t.grad is not None
+    recording = Capture(ListRecorder())  # the control: a recorded pass reads them
+    recording.install()
+    try:
+        (t * 2).tanh().sum().backward()
+    finally:
+        recording.uninstall()
+    assert len(calls) == 1
