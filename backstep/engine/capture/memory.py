@@ -30,11 +30,13 @@ from typing import Any
 
 import torch
 
+from backstep.engine.graph import SOURCE_KEY
 from backstep.engine.saved import saved_tensors
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 KEPT_KEY = "backstep.kept_graph"
 SEARCH_NODES = 4096  # nodes walked per variable when looking for what keeps a graph
+SEARCH_BUDGET = 65536  # nodes walked in all, per search
 SEARCH_ITEMS = 256  # items of a list, tuple or dict looked into
 
 
@@ -188,14 +190,14 @@ class KeptGraphs:
 
 def holder(frame: Any, passes: set[int]) -> dict[str, Any] | None:
     """The first variable of ``frame`` (and its callers) whose tensors reach the root of one
-    of ``passes``: {name, source} (the line that made the tensor's grad_fn), or None."""
-    while frame is not None:
+    of ``passes``: {name, source} (the line that made the tensor's grad_fn), or None. Walks
+    at most ``SEARCH_BUDGET`` nodes in all."""
+    budget = [SEARCH_BUDGET]
+    while frame is not None and budget[0] > 0:
         for scope in (frame.f_locals, frame.f_globals):
             for name, value in list(scope.items())[:4096]:
-                fn = _reaches(value, passes)
+                fn = _reaches(value, passes, budget)
                 if fn is not None:
-                    from backstep.engine.graph import SOURCE_KEY
-
                     source = fn.metadata.get(SOURCE_KEY) if fn is not True else None
                     if source is None:
                         code = frame.f_code
@@ -209,27 +211,28 @@ def holder(frame: Any, passes: set[int]) -> dict[str, Any] | None:
     return None
 
 
-def _reaches(value: Any, passes: set[int]) -> Any:
+def _reaches(value: Any, passes: set[int], budget: list[int]) -> Any:
     """The grad_fn of ``value`` (a tensor, or one in a list, tuple or dict) from which a
     marked root of ``passes`` is reachable; True for a container; else None."""
     if isinstance(value, torch.Tensor):
         fn = value.grad_fn
-        return fn if fn is not None and _walk(fn, passes) else None
+        return fn if fn is not None and _walk(fn, passes, budget) else None
     if isinstance(value, (list, tuple, dict)):
         items = value.values() if isinstance(value, dict) else value
         for k, item in enumerate(items):
             if k >= SEARCH_ITEMS:
                 break
             if isinstance(item, torch.Tensor) and item.grad_fn is not None \
-                    and _walk(item.grad_fn, passes):
+                    and _walk(item.grad_fn, passes, budget):
                 return True
     return None
 
 
-def _walk(fn: Any, passes: set[int]) -> bool:
+def _walk(fn: Any, passes: set[int], budget: list[int]) -> bool:
     seen = {fn}
     stack = [fn]
-    while stack and len(seen) < SEARCH_NODES:
+    while stack and len(seen) < SEARCH_NODES and budget[0] > 0:
+        budget[0] -= 1
         node = stack.pop()
         try:
             marker = node.metadata.get(KEPT_KEY)
