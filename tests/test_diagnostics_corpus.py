@@ -69,4 +69,4 @@ def test_every_kind_has_a_seeded_bug() -> None:
     kinds = {kind for script in [*SCRIPTS, *PITFALLS.glob("*.py")]
              for kind, _, _ in expectations(script)[0]}
     assert kinds == {"graph_freed", "inplace_modified", "nonfinite", "grad_accumulating",
-                     "retain_graph_unused", "grad_none"}
+                     "retain_graph_unused", "grad_none", "graph_kept_alive"}

@@ -17,6 +17,7 @@ import torch
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
 from backstep.traces.index import TraceIndex
+from backstep.traces.passes import KIND_CODE
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.replay import Position, Replay
 from backstep.tui.state.snapshot import Snapshot
@@ -168,8 +169,9 @@ def test_a_pass_is_parsed_only_as_far_as_the_cursor_went(run) -> None:
         replay = Replay(index)
         replay.snapshot()
         first = index.pass_lines(index.numbers()[0])
-        assert parsed == list(first.starts[:2])  # its pass_begin and its first node, no more
+        node = list(first.kinds).index(KIND_CODE["node"])  # after pass_begin and memory
+        assert parsed == list(first.starts[:node + 1])  # up to its first node, no more
         replay.step(1)
         replay.snapshot()
-        assert parsed == list(first.starts[:3])
+        assert parsed == list(first.starts[:node + 2])
         assert len(first.starts) > 6  # the rest of the pass was never read

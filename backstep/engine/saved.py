@@ -329,3 +329,37 @@ def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:
         return out
     except Exception as exc:  # noqa: BLE001 - status is informative; never break a pass
         return [{"name": "?", "status": "unknown", "note": f"{type(exc).__name__}: {exc}"[:120]}]
+
+
+def saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | tuple[()]:
+    """``(name, tensor)`` of each saved tensor of ``node`` that is held now and saved without
+    hooks, read without unpacking (``SavedTensor.data``); a custom Function's ``saved_tensors``
+    as ``name[k]``. Empty on a torch without ``SavedTensor.data``. For memory accounting: read
+    on every node of a recorded pass at its start, so the attribute names are cached per type."""
+    kind = type(node)
+    attrs = _TENSOR_ATTRS.get(kind)
+    if attrs is None:
+        attrs = _TENSOR_ATTRS[kind] = tuple((_RAW + n, n) for n in _attribute_names(node)[0])
+    if not attrs or not SAVED_DATA:
+        return ()
+    out = []
+    for attr, name in attrs:
+        try:
+            raw = getattr(node, attr)
+        except Exception:  # noqa: BLE001
+            continue
+        if type(raw) is _SavedTensor:
+            if raw.unpack_hook is None:
+                data = raw.data
+                if data is not None:
+                    out.append((name, data))
+        elif type(raw) is tuple:
+            for k, item in enumerate(raw):
+                if type(item) is _SavedTensor and item.unpack_hook is None:
+                    data = item.data
+                    if data is not None:
+                        out.append((f"{name}[{k}]", data))
+    return out
+
+
+_TENSOR_ATTRS: dict[type, tuple[tuple[str, str], ...]] = {}

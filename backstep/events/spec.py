@@ -163,6 +163,30 @@ STOP = Obj("stop object", {
     "name": F(STR_OR_NULL, "the node's name"), "thread": F(STR_OR_NULL, "the paused thread"),
     "device": F(STR_OR_NULL, "the gradient's device")}, null=False)
 
+# memory (engine/capture/memory.py): a pass's saved storages, counted once each
+CUDA_FIGURES = Obj("{allocated, peak} or null", {
+    "allocated": F(INT_OR_NULL, "torch.cuda.memory_allocated()"),
+    "peak": F(INT_OR_NULL, "torch.cuda.max_memory_allocated()")})
+STORAGE = Obj("storage object", {
+    "bytes": F(INT, "the storage's size (its nbytes), counted once however many views"),
+    "module": F(STR_OR_NULL, "the module whose forward made it", default=None),
+    "op": F(STR_OR_NULL, "the type of the node whose forward made it, as TanhBackward0 (null: "
+            "made outside the graph)", default=None),
+    "node": F(INT_OR_NULL, "the id of the node that made it (its line is that node's in "
+              "pass_begin; null: the first of held_by's)", default=None),
+    "held_by": F(IDS, "the ids of the nodes that save it"),
+}, required=("bytes",), null=False)
+KEPT = Obj("{graphs, bytes, passes, by} or null", {
+    "graphs": F(INT_OR_NULL, "earlier passes whose graph is still alive"),
+    "bytes": F(INT_OR_NULL, "the saved bytes those graphs still hold"),
+    "passes": F(IDS, "the last of those passes"),
+    "by": F(Obj("{name, source, kind} or null", {
+        "name": F(STR_OR_NULL, "the variable"), "source": F(SOURCE.check, "its line"),
+        "kind": F(STR_OR_NULL, "its type")}).check,
+        "the caller's variable that reaches one of them, or null"),
+})
+HELD = list_of(list_of(INT, "[step, bytes]"), "list of [step, bytes] or null")
+
 EVENTS: dict[str, Event] = {
     "session": Event("the script started", {
         "version": F(INT_OR_NULL, "the schema version"),
@@ -235,6 +259,25 @@ EVENTS: dict[str, Event] = {
         "source": F(SOURCE.check, "the line it is about"),
         "related": F(list_of(SOURCE.check, "list of sources or null"), "other lines involved"),
     }, BOTH, urgent=True),
+    "memory": Event("a recorded pass's saved activations at its start, after pass_begin "
+                    "(docs/memory.md)", {
+        "pass": F(INT, "its pass"),
+        "bytes": F(INT_OR_NULL, "the total: each saved storage once, leaves left out"),
+        "storages": F(list_of(STORAGE.check, "list of storages or null"),
+                      "every saved storage, in the order first saved"),
+        "leaves": F(INT_OR_NULL, "the bytes of saved leaves (parameters), left out of the total"),
+        "cuda": F(CUDA_FIGURES.check, "the CUDA allocator's figures at the start", default=None),
+    }, BOTH, required=("pass",)),
+    "memory_end": Event("a recorded pass's saved storages released, before pass_end", {
+        "pass": F(INT, "its pass"),
+        "freed": F(list_of(INT_OR_NULL, "list of steps (or null) or null"), "per storage of "
+                   "memory, the step that released it, or null (kept: retain_graph, or a node "
+                   "that never ran)"),
+        "held": F(HELD, "[step, bytes still held after it] at each step that released some"),
+        "cuda": F(CUDA_FIGURES.check, "the CUDA allocator's figures at the end", default=None),
+        "kept": F(KEPT.check, "earlier passes' graphs still alive (graph_kept_alive)",
+                  default=None),
+    }, BOTH, required=("pass",)),
     "graph_released": Event("the pass's graph was freed (or kept, retain_graph)", {
         "pass": F(INT, "its pass"),
         "reused": F(("int or bool", lambda v: type(v) in (int, bool)),
@@ -362,7 +405,7 @@ def reference() -> str:
                     else "")
             lines.append(f"  - `{name}`: {f.doc}{left}")
     for title, obj in (("a summary", SUMMARY), ("a saved tensor", SAVED_ENTRY),
-                       ("a graph node", GRAPH_NODE)):
+                       ("a graph node", GRAPH_NODE), ("a memory storage", STORAGE)):
         lines.append(f"- {title}:")
         for name, f in obj.fields.items():
             left = (f", left out at `{_json(f.default)}`" if f.default is not NO_DEFAULT

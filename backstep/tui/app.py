@@ -39,6 +39,7 @@ from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.help import HelpScreen, help_rows
 from backstep.tui.panels.leaves import LeavesPanel
+from backstep.tui.panels.memory import MemoryScreen
 from backstep.tui.panels.modules import ModulePanel
 from backstep.tui.panels.narration import Narration, NarrationPanel
 from backstep.tui.panels.saved import SavedPanel
@@ -186,6 +187,9 @@ class BackstepApp(PlainText):
         Binding("m", "modules", "module view", tooltip="module view: nodes folded by module "
                 "path, with done/pending, largest norm, ✗ NaN\nright / left unfold and fold a "
                 "module; m again shows the graph"),
+        Binding("M", "memory", "memory", show=False,
+                tooltip="memory: the saved activations the pass in view holds, by module "
+                "(b: op, line), largest first, draining as it runs"),
         Binding("F", "flow", "gradient flow", tooltip="gradient flow: each leaf's ‖grad‖ and "
                 "max |grad| in model order, log scale\nin the chart, left / right: a leaf's "
                 "full name and numbers"),
@@ -324,6 +328,8 @@ class BackstepApp(PlainText):
             if new_stop and stop is not None:
                 modules.reveal(stop.id)
         if isinstance(self.screen, FlowScreen):  # the chart fills in as leaves accumulate
+            self.screen.show(snap)
+        if isinstance(self.screen, MemoryScreen):  # the table drains as the pass runs
             self.screen.show(snap)
         if self.query_one(DiagnosisBanner).show(snap.diagnoses, snap.passes):
             self._diagnosis_new = True
@@ -716,6 +722,8 @@ class BackstepApp(PlainText):
                 modules.reveal(self.selected)
         if isinstance(self.screen, FlowScreen):  # the chart follows the pass in view
             self.screen.show(shown)
+        if isinstance(self.screen, MemoryScreen):  # so does the memory table
+            self.screen.show(shown)
         self._refresh_details()
 
     def action_zoom(self) -> None:
@@ -778,6 +786,10 @@ class BackstepApp(PlainText):
         if not isinstance(self.screen, FlowScreen):
             self.push_screen(FlowScreen(self.shown, self.flow_exploding,
                                         self.driver.flow_earlier))
+
+    def action_memory(self) -> None:
+        if not isinstance(self.screen, MemoryScreen):
+            self.push_screen(MemoryScreen(self.shown))
 
     def action_help(self) -> None:
         rows = help_rows(self.BINDINGS, self.driver.key_help, self.driver.offers)

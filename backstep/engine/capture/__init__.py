@@ -27,6 +27,7 @@ import torch
 from backstep.engine import naming, sharded
 from backstep.engine.capture.hooks import Hooks, gradient_trip
 from backstep.engine.capture.listings import Listings
+from backstep.engine.capture.memory import KeptGraphs, memory_event
 from backstep.engine.capture.output import Output
 from backstep.engine.capture.passes import (
     ACCUMULATE,
@@ -114,6 +115,7 @@ class Capture(Hooks, Output, TensorValues):
         self.annotate: Any = None
         self.listings = Listings()  # pass_begin's listing, reused while the shape repeats
         self.regions = Regions()  # torch.compile's regions, read from its own compile log
+        self.kept = KeptGraphs()  # earlier passes' graphs still alive (capture/memory.py)
         if controller is not None:
             controller.tensor_lookup = self._tensor_values
 
@@ -323,8 +325,17 @@ class Capture(Hooks, Output, TensorValues):
             event.text = None  # the sink encodes it, and says what JSON cannot carry
         event["nodes"] = nodes
         self._emit(event)
+        self._memory(p, nodes)
         for region in self.regions.events(p.number, graph, p.leaf_names):
             self._emit(region)
+
+    def _memory(self, p: Pass, nodes: list[dict[str, Any]]) -> None:
+        """The pass's ``memory`` event: its saved storages at the start (capture/memory.py)."""
+        try:
+            event, p.memory = memory_event(p.number, p.graph, nodes)
+        except Exception:  # noqa: BLE001 - informative only: never break a pass
+            return
+        self._emit(event)
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

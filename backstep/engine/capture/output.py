@@ -4,9 +4,12 @@ the post-mortem of a pass that ran without hooks; retained graphs reported when 
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
+from backstep.engine import naming
+from backstep.engine.capture.memory import KeptGraphs, end_event
 from backstep.engine.capture.passes import (
     ACCUMULATE,
     RETAINED_KEY,
@@ -31,6 +34,7 @@ class Output:
     _live: dict[int, Pass]
 
     _retained_graphs: int
+    kept: KeptGraphs
     _released_queue: list[dict[str, Any]]
 
     def _post_mortem(self, number: int, t_outputs: Any, args: tuple, kwargs: dict,
@@ -229,6 +233,7 @@ class Output:
         if p.retained or p.shards:
             self._retained_and_shards(p)
         self.drain()
+        self._memory_end(p, exc)
         skipped = [graph.ids[i] for i, step in enumerate(p.ran) if not step]
         end = Encoded({"event": "pass_end", "pass": p.number,
                        "status": "ok" if exc is None else "error",
@@ -240,6 +245,25 @@ class Output:
         self._emit(end)
         if self.sink is not None:
             self.sink.flush()
+
+    def _memory_end(self, p: Pass, exc: BaseException | None) -> None:
+        """The pass's ``memory_end`` event, and its graph watched for being kept alive
+        (capture/memory.py)."""
+        if p.memory is None:
+            return
+        try:
+            retained = bool(p.options.get("retain_graph"))
+            kept = None
+            if p.parent is None:
+                frees = exc is None and not retained and not p.options.get("create_graph")
+                held = 0 if retained else sum(
+                    size for size, holders in zip(p.memory.sizes, p.memory.holders, strict=True)
+                    if not all(p.ran[j] for j in holders))
+                kept = self.kept.end(p.number, p.graph, p.options.get("roots") or [], frees,
+                                     held, naming.user_frame(sys._getframe(1)))
+            self._emit(end_event(p.number, p.memory, p.ran, retained, kept))
+        except Exception:  # noqa: BLE001 - informative only: never break a pass
+            pass
 
     def _retained_and_shards(self, p: Pass) -> None:
         """``accumulate`` events of a pass's retained grads and FSDP shards, read after it."""

@@ -60,6 +60,7 @@ class Pass:
         self.lock = threading.RLock()
         self.checks: device_checks.GradientChecks | None = None  # gradient checks in flight
         self.thread: int | None = None  # ident of the thread that announced the pass
+        self.memory: Any = None  # capture/memory.PassMemory, once its memory event is out
 
 
 

@@ -9,7 +9,7 @@ unchanged, and after it any ``diagnosis`` events it gave rise to::
      "related" ([{role, file, line, code}]: other lines the message names)}
 
 Kinds: graph_freed, inplace_modified, nonfinite, grad_accumulating, retain_graph_unused,
-grad_none. Each cause is reported once. Diagnoses are read off events (see ``rules``), and
+grad_none, graph_kept_alive (``kept_alive``, read off ``memory_end``). Each cause is reported once. Diagnoses are read off events (see ``rules``), and
 judged on what happened, not on what might: ``grad_none`` also looks at the caller's modules
 once per backward call site (reported at the pass's end, for the parameters that still got no
 gradient, nested passes included) and at PyTorch's non-leaf ``.grad`` warning
@@ -25,6 +25,7 @@ from typing import Any
 
 from backstep.engine.diagnostics.accumulating import ManualUpdates, OptimizerSteps
 from backstep.engine.diagnostics.grad_none import WarningHook
+from backstep.engine.diagnostics.kept_alive import KeptAlive
 from backstep.engine.diagnostics.rules import EventRules, Found
 from backstep.engine.diagnostics.untouched import ParameterCheck
 from backstep.engine.recorder import Sink, emit_all
@@ -33,7 +34,8 @@ MAX_CAUSES = 10_000  # distinct causes remembered for "once"; more are dropped, 
 
 __all__ = ["Diagnostician"]
 
-_ANALYSED = frozenset({"pass_begin", "node", "accumulate", "pass_end", "graph_released"})
+_ANALYSED = frozenset({"pass_begin", "node", "accumulate", "pass_end", "graph_released",
+                       "memory_end"})
 _NOTHING: list[dict[str, Any]] = []  # never appended to: the empty answer, shared
 
 
@@ -62,6 +64,7 @@ class Diagnostician:
         self._lock = threading.RLock()
         self._steps = OptimizerSteps(self._report, self._lock)
         self._manual = ManualUpdates()
+        self._kept = KeptAlive()  # graph_kept_alive (kept_alive.py)
         self._local = threading.local()
 
     # -- Sink ----------------------------------------------------------------------------------
@@ -218,6 +221,9 @@ class Diagnostician:
             if kind == "accumulate":
                 self._accumulate(event)
                 return _NOTHING
+            if kind == "memory_end":
+                found = self._kept.end(event)
+                return self._once(found) if found else _NOTHING
             if kind == "pass_end":
                 self._steps.end(event)
                 caller = self._rules.callers.get(event.get("pass", 0))
@@ -227,6 +233,7 @@ class Diagnostician:
                     found = [*found, *manual, *params]
             else:
                 if kind == "pass_begin":
+                    self._kept.begin(event)
                     self._steps.arm()
                     self._steps.begin(event)
                     self._params.begin(event, sys._getframe(1))

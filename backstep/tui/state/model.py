@@ -264,6 +264,13 @@ class SessionModel:
         view.log.regions[found.id] = found
         return self._update(view)
 
+    def _on_memory(self, ev: Mapping[str, Any]) -> None:
+        """The pass's saved storages (the memory view, ``M``): kept in its log, shown from
+        the next snapshot on (it comes right after ``pass_begin``, before any node)."""
+        view = self._current_pass(ev)
+        if view is not None and isinstance(ev.get("storages"), list):
+            view.log.memory = dict(ev)
+
     def _on_accumulate(self, ev: Mapping[str, Any]) -> Snapshot | None:
         view = self._current_pass(ev)
         leaf = ev.get("leaf")

@@ -21,6 +21,7 @@ class PassLog:
         self.executed: list[int] = []
         self.accumulations: list[Accumulation] = []
         self.regions: dict[int, Any] = {}  # node id -> region.RegionInfo (torch.compile)
+        self.memory: dict[str, Any] | None = None  # the pass's ``memory`` event (memory_table)
         # running totals over ``executed``: bytes its records saved, and the saved_bytes the
         # graph gave those nodes (the saved panel asks at every step: a sum over the whole
         # pass each time was 5 ms at the end of a 2,500-node pass)
