@@ -55,7 +55,7 @@ HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces 
 COUNT_CHUNK = 1 << 21  # elements per non-finite count step of a held per-tensor block (temp)
 # bytes of the one temporary (``t * 0``) of each count piece of a tensor reduced on arrival
 # (``count_pieces``); a piece has at most COUNT_CHUNK_MAX values (float32 counts them exactly)
-ARRIVAL_PIECE = 32 << 20
+ARRIVAL_PIECE = 16 << 20
 COUNT_CHUNK_MAX = 1 << 24
 
 
