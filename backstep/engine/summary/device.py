@@ -9,11 +9,16 @@ so the rules differ from the CPU's:
 - a batch keeps references to at most ``HELD_BYTES`` of device gradients; when the next one
   would not fit, those held are reduced together (a few ``torch._foreach_*`` and stack launches
   per dtype, nothing read) and let go. A tensor bigger than that on its own (a large attention
-  gradient) is reduced the moment it is added. Only statistics wait for the read: the batch
-  never holds much device memory, never launches per tensor what it can launch per group, and
-  never needs to flush early because gradients are big;
+  gradient) is reduced the moment it is added, with its per-tensor kernels only (``aminmax``,
+  the norm, the sum, two a count piece): its 0-d results wait, unstacked, and join one stack
+  per dtype at the read (``Arrivals.pending``), so they cost no stack, cast or concatenation
+  of their own. Only statistics wait for the read: the batch never holds much device memory,
+  never launches per tensor what it can launch per group, and never needs to flush early
+  because gradients are big;
 - there is no chunked per-tensor path: it exists for CPU memory safety and would read every
-  chunk back. The non-finite count of a large tensor is counted chunk by chunk on the device.
+  chunk back. The non-finite count of a large tensor is counted piece by piece on the device,
+  each piece's one temporary (``t * 0``) at most ``ARRIVAL_PIECE`` bytes, and the pieces'
+  counts are added up on the host (exact).
 
 The statistics are the same kernels as ``SummaryBatch``'s host groups (aminmax, ``_foreach_norm``,
 sum in the tensor's dtype), so a summary reads the same on either path (on CUDA a sum or norm
@@ -27,9 +32,13 @@ Where this torch has the multi-tensor ops (``summary.grouped``), a block of at l
 ``GROUP_MIN`` tensors and at most ``HELD_BYTES`` is reduced in a fixed number of
 ``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch,
 only a view of each 0-d small tensor; its sums are added up in another order (see there) and
-its float64 norms come with it, so a grouped block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
-than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
-per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+its float64 norms come with it, so a grouped block is never held for a redo. Its one
+temporary is as big as the block, so a tensor bigger than ``HELD_BYTES`` is not put in one: it
+is reduced on arrival as above (fewer kernels than a grouped block's thirteen, and a temporary
+bounded by ``ARRIVAL_PIECE``, not by its size), and any block on a torch without those ops is
+reduced per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+Memory the summaries add, so: at most ``HELD_BYTES`` of gradients kept referenced, and one
+temporary of at most ``max(HELD_BYTES, ARRIVAL_PIECE)`` bytes at a time.
 
 ``FORCE`` runs CPU tensors through this path too, so tests exercise it without a GPU.
 """
@@ -54,7 +63,8 @@ GROUP_MIN = 4
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
 COUNT_CHUNK = 1 << 21  # elements per non-finite count step of a held per-tensor block (temp)
 # bytes of the one temporary (``t * 0``) of each count piece of a tensor reduced on arrival
-# (``count_pieces``); a piece has at most COUNT_CHUNK_MAX values (float32 counts them exactly)
+# (``count_pieces``); a piece has at most COUNT_CHUNK_MAX values (float32 counts them exactly).
+# 16 MiB: gpt2's shape at 6.9 summary ops per node (8 MiB: 11.1; 32 MiB: 5.8), bench_engine
 ARRIVAL_PIECE = 16 << 20
 COUNT_CHUNK_MAX = 1 << 24
 
