@@ -329,3 +329,18 @@ def test_an_arrivals_temporary_is_bounded_by_the_piece_budget(
         results = batch.compute()
         want = int((~torch.isfinite(t)).sum())
         assert results[slot]["nonfinite"] == results[other]["nonfinite"] == want > 300
+
+
+def test_arrivals_that_cannot_be_stacked_say_so(arriving: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = SummaryBatch()
+    slot = batch.add(torch.randn(3000))
+    held = batch.add(torch.randn(20))
+
+    def broken(items: list[Any]) -> Any:
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(summary_device, "_pending_block", broken)
+    results = batch.compute()
+    assert results[slot]["note"] == "summary failed: RuntimeError"
+    assert results[slot]["shape"] == [3000] and results[held]["nonfinite"] == 0

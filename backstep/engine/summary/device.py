@@ -257,13 +257,18 @@ class Arrivals:
             except TypeError:
                 pass
 
-    def all_blocks(self) -> list[Block]:
+    def all_blocks(self, results: list[dict[str, Any] | None]) -> list[Block]:
         """``blocks`` and one block per dtype and device of the ``pending`` arrivals (their
-        stacks queued now; nothing read)."""
+        stacks queued now; nothing read). A group that cannot be stacked says so in
+        ``results``."""
         out = list(self.blocks)
         with torch.no_grad():
             for items in self.pending.values():
-                out.append(_pending_block(items))
+                try:
+                    out.append(_pending_block(items))
+                except Exception as exc:  # noqa: BLE001 - a summary must never break the pass
+                    for p in items:
+                        results[p.slot] = _failed(dict(p.base), exc)
         self.pending = {}
         return out
 
@@ -365,7 +370,7 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
     from backstep.engine.summary.format import base_summary
 
     blocks: dict[torch.device, list[Block]] = {}
-    for block in arrivals.all_blocks():
+    for block in arrivals.all_blocks(results):
         blocks.setdefault(block.data.device, []).append(block)
     for (_, device), items in groups.items():
         tensors = [t for _, t in items]
