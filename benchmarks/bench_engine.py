@@ -234,22 +234,42 @@ def host_transfers(name: str, mode: str, device: str) -> tuple[int, int]:
 
 
 class _OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched while ``depth`` > 0 (inside a summary method)."""
+    """Counts the aten ops dispatched while ``depth`` > 0 (inside a summary method), and the
+    bytes of the largest tensor one of them allocates (an output whose storage no input has:
+    the largest temporary the summaries make)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.depth = 0
         self.ops = 0
+        self.largest = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
         if self.depth:
             self.ops += 1
-        return func(*args, **(kwargs or {}))
+            inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+            for t in _tensors(out):
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in inputs:
+                    self.largest = max(self.largest, storage.nbytes())
+        return out
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    if isinstance(tree, dict):
+        return [t for item in tree.values() for t in _tensors(item)]
+    return []
 
 
 def summary_ops(name: str, layers: int | None = None, device: str = "cpu") -> tuple[int, int]:
     """(aten ops dispatched for summaries, nodes) of one recorded pass: on CPU with the device
-    path forced on, the summary kernels a GPU would launch, counted without one."""
+    path forced on, the summary kernels a GPU would launch, counted without one. The memory the
+    summaries cost is in ``summary_memory`` after the call."""
     from backstep.engine.summary import batch as summary_batch
 
     builder = WORKLOADS[name]
@@ -265,13 +285,16 @@ def summary_ops(name: str, layers: int | None = None, device: str = "cpu") -> tu
     cls = summary_batch.SummaryBatch
     originals = {m: getattr(cls, m) for m in ("add", "settle", "compute")}
 
+    held = [0]
+
     def counted(method: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             counter.depth += 1
             try:
-                return method(*args, **kwargs)
+                return method(self, *args, **kwargs)
             finally:
                 counter.depth -= 1
+                held[0] = max(held[0], self._device_held)
         return run
 
     for m, method in originals.items():
@@ -286,7 +309,13 @@ def summary_ops(name: str, layers: int | None = None, device: str = "cpu") -> tu
         summary_device.FORCE = False
         for m, method in originals.items():
             setattr(cls, m, method)
+    summary_memory.update(temporary=counter.largest, held=held[0])
     return counter.ops, nodes
+
+
+# of the last ``summary_ops``: bytes of the largest temporary a summary op allocated, and the
+# most device gradients a batch held referenced at once
+summary_memory: dict[str, int] = {}
 
 
 def peak_gpu(name: str, mode: str) -> int:
@@ -365,8 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         label = "summary ops/node" if ops_name == name else f"summary ops/node ({ops_name})"
         ops_target = OPS_BEFORE[ops_name] / 4
         ops_row = (name, label, ops / nodes, ops_target, ops / nodes <= ops_target)
+        memory_rows = [(name, f"summary {key} (MiB)", summary_memory[key] / 2**20, None, None)
+                       for key in ("temporary", "held")]
         if args.ops_only:
-            rows.append(ops_row)
+            rows += [ops_row, *memory_rows]
             continue
         times = time_modes(name, reps, device)
         plain = times["plain"]
@@ -385,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             count, nodes = host_transfers(name, mode, device)
             bound = math.ceil(nodes / 256) + 4
             rows.append((name, f"{mode} host transfers", count, bound, count <= bound))
-        rows.append(ops_row)
+        rows += [ops_row, *memory_rows]
         if device == "cuda":
             base, traced = peak_gpu(name, "plain"), peak_gpu(name, "trace")
             ratio = traced / base if base else 1.0

@@ -101,9 +101,11 @@ def test_tensors_reduced_on_arrival_equal_held_ones(device_path: None,
     summary_device.FORCE = True
     monkeypatch.setattr(summary_device, "HELD_BYTES", 0)  # nothing fits: every one arrives
     monkeypatch.setattr(summary_device, "COUNT_CHUNK", 100)  # counted in several pieces
+    monkeypatch.setattr(summary_device, "ARRIVAL_PIECE", 400)  # (arrivals: bytes a piece)
     batch = SummaryBatch()
     slots = [batch.add(t) for t in items]
-    assert batch._arrivals is not None and len(batch._arrivals.blocks) >= 20
+    assert batch._arrivals is not None
+    assert sum(map(len, batch._arrivals.pending.values())) + len(batch._arrivals.blocks) >= 20
     others = sum(t.element_size() * t.numel() for t in items if not summary_batch._batchable(t))
     assert batch.nbytes == others, "device tensors never push a batch to flush early"
     results = batch.compute()

@@ -18,8 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from backstep.engine import transfers
+from backstep.engine.summary import SummaryBatch, grouped
 from backstep.engine.summary import device as summary_device
-from backstep.engine.summary import grouped
 from tests.test_device_summaries import agree, batch_summaries
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -193,3 +193,154 @@ def test_dense_and_strided_tensors_keep_their_columns(grouped_path: None, dense:
     host = batch_summaries(items)
     summary_device.FORCE = True
     assert agree(batch_summaries(items), host, items)
+
+
+# --- tensors bigger than the held budget: reduced on arrival, their results read with the rest
+
+
+@pytest.fixture
+def arriving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device path forced on, a held budget of 2,000 bytes (the 3,000-value tensors below
+    arrive; the 120-value ones are held and grouped) and count pieces of 1 KiB."""
+    monkeypatch.setattr(summary_device, "FORCE", True)
+    monkeypatch.setattr(summary_device, "GROUPED", True)
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 2000)
+    monkeypatch.setattr(summary_device, "GROUP_MIN", 1)
+    monkeypatch.setattr(summary_device, "ARRIVAL_PIECE", 1024)
+
+
+def large_layouts(v: torch.Tensor) -> list[torch.Tensor]:
+    """``v`` (3,000 values) contiguous, transposed, strided, expanded and sliced."""
+    return [v, v.view(60, 50).t(), v.view(60, 50)[:, ::3], v.view(3, 20, 50).permute(2, 0, 1),
+            v.reshape(1, 3000).expand(2, 3000), v[1:2999], v.view(60, 50)[::2]]
+
+
+def large_values(kind: str, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(hash(kind) % 1000)
+    v = torch.randn(3000, generator=g, dtype=torch.float64)
+    if kind == "nan":
+        v[::3] = math.nan  # 1,000 NaN, in every piece
+    elif kind == "spread":
+        v[3::11] = math.inf
+        v[5::13] = -math.inf
+        v[7::17] = math.nan
+    elif kind == "one":
+        v[2500] = math.nan  # one, in the last pieces only
+    elif kind == "all":
+        v[:] = math.inf
+    elif kind == "huge":  # finite; float16's norm and sum overflow (its float32 ones do not)
+        v = v.sign() * 60000.0
+    elif kind == "tiny":
+        v = v * torch.finfo(dtype).tiny
+    return v.to(dtype)
+
+
+LARGE_KINDS = ["plain", "nan", "spread", "one", "all", "tiny"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tensors_reduced_on_arrival_equal_the_per_tensor_ones(arriving: None,
+                                                              dtype: torch.dtype) -> None:
+    kinds = LARGE_KINDS + (["huge"] if dtype == torch.float16 else [])
+    items = [t for kind in kinds for t in large_layouts(large_values(kind, dtype))]
+    items += cases(dtype)[::5]  # held and grouped
+    careful = others() + [torch.randn(40, 30, dtype=torch.cfloat).t()]  # read chunk by chunk
+    summary_device.FORCE = False
+    host = batch_summaries(items + careful)
+    summary_device.FORCE = True
+    batch = SummaryBatch()
+    slots = [batch.add(t) for t in items]
+    assert batch._arrivals is not None
+    arrived = sum(map(len, batch._arrivals.pending.values()))
+    assert arrived >= len(kinds) * 7, "every large tensor reduced on arrival"
+    before = transfers.count()
+    results = batch.compute()
+    assert transfers.count() - before == 1, "arrivals and held blocks: one read"
+    got = [results[s] for s in slots if s is not None] + batch_summaries(careful)
+    items += careful
+    # an arrival's figures are the per-tensor kernels' own (aminmax, norm, sum in the dtype) and
+    # its count's pieces add up exactly: equal to the host path's, the mean included
+    assert got[: arrived] == host[: arrived]
+    # the held ones as in the test above (float64 near its limit: a note, never made up)
+    kept = [(g, w, t) for g, w, t in zip(got, host, items, strict=True)
+            if "note" not in g or "note" in w]
+    assert len(kept) >= len(items) - 3
+    assert agree(*map(list, zip(*kept, strict=True)))
+
+
+def test_an_arrival_costs_its_per_tensor_kernels_and_its_pieces(arriving: None) -> None:
+    t = torch.randn(3000)  # 12,000 bytes: 12 count pieces of 1 KiB
+    batch = SummaryBatch()
+    with _Ops() as ops:
+        batch.add(t)
+    pieces = math.ceil(t.numel() * 4 / 1024)
+    assert ops.names.count("aten.linalg_vector_norm.default") == pieces
+    assert ops.names.count("aten.mul.Tensor") == pieces
+    assert len(ops.names) <= 3 + 2 * pieces + 2  # aminmax, norm, sum; a view and a split
+    assert not {"aten.stack.default", "aten.cat.default", "aten._to_copy.default"} & set(
+        ops.names), "stacked once per dtype at the read, not per arrival"
+    with _Ops() as ops:
+        for _ in range(10):
+            batch.add(torch.randn(600))
+        results = batch.compute()
+    assert results[0] is not None and results[0]["nonfinite"] == 0
+    assert ops.names.count("aten.stack.default") <= 4
+
+
+class _Temporaries(TorchDispatchMode):
+    """The largest storage an op allocates (one that none of its inputs has)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        flat = list(args) + [a for a in args if isinstance(a, (list, tuple))
+                             for a in a] + list((kwargs or {}).values())
+        inputs = {a.untyped_storage().data_ptr() for a in flat if isinstance(a, torch.Tensor)}
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in inputs:
+                self.largest = max(self.largest, o.untyped_storage().nbytes())
+        return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_arrivals_temporary_is_bounded_by_the_piece_budget(
+        monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    monkeypatch.setattr(summary_device, "FORCE", True)
+    monkeypatch.setattr(summary_device, "HELD_BYTES", 1 << 18)
+    big = torch.randn(1 << 20).to(dtype)  # 2-8 MiB (a third of it strided): past the budget
+    big[::1000] = math.nan
+    big[7::999] = -math.inf
+    for t in (big, big.view(1024, 1024).t(), big.view(1024, 1024)[:, ::3]):
+        size = t.numel() * t.element_size()
+        batch = SummaryBatch()
+        with _Temporaries() as tally:
+            slot = batch.add(t)  # the default budget: one piece, the tensor's size
+        assert batch._arrivals is not None and tally.largest <= min(size, 16 << 20)
+        monkeypatch.setattr(summary_device, "ARRIVAL_PIECE", 1 << 19)
+        copy = t.clone()
+        with _Temporaries() as tally:
+            other = batch.add(copy)
+        monkeypatch.setattr(summary_device, "ARRIVAL_PIECE", 16 << 20)
+        assert tally.largest <= 1 << 19 < size
+        results = batch.compute()
+        want = int((~torch.isfinite(t)).sum())
+        assert results[slot]["nonfinite"] == results[other]["nonfinite"] == want > 300
+
+
+def test_arrivals_that_cannot_be_stacked_say_so(arriving: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = SummaryBatch()
+    slot = batch.add(torch.randn(3000))
+    held = batch.add(torch.randn(20))
+
+    def broken(items: list[Any]) -> Any:
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(summary_device, "_pending_block", broken)
+    results = batch.compute()
+    assert results[slot]["note"] == "summary failed: RuntimeError"
+    assert results[slot]["shape"] == [3000] and results[held]["nonfinite"] == 0

@@ -9,11 +9,16 @@ so the rules differ from the CPU's:
 - a batch keeps references to at most ``HELD_BYTES`` of device gradients; when the next one
   would not fit, those held are reduced together (a few ``torch._foreach_*`` and stack launches
   per dtype, nothing read) and let go. A tensor bigger than that on its own (a large attention
-  gradient) is reduced the moment it is added. Only statistics wait for the read: the batch
-  never holds much device memory, never launches per tensor what it can launch per group, and
-  never needs to flush early because gradients are big;
+  gradient) is reduced the moment it is added, with its per-tensor kernels only (``aminmax``,
+  the norm, the sum, two a count piece): its 0-d results wait, unstacked, and join one stack
+  per dtype at the read (``Arrivals.pending``), so they cost no stack, cast or concatenation
+  of their own. Only statistics wait for the read: the batch never holds much device memory,
+  never launches per tensor what it can launch per group, and never needs to flush early
+  because gradients are big;
 - there is no chunked per-tensor path: it exists for CPU memory safety and would read every
-  chunk back. The non-finite count of a large tensor is counted chunk by chunk on the device.
+  chunk back. The non-finite count of a large tensor is counted piece by piece on the device,
+  each piece's one temporary (``t * 0``) at most ``ARRIVAL_PIECE`` bytes, and the pieces'
+  counts are added up on the host (exact).
 
 The statistics are the same kernels as ``SummaryBatch``'s host groups (aminmax, ``_foreach_norm``,
 sum in the tensor's dtype), so a summary reads the same on either path (on CUDA a sum or norm
@@ -27,9 +32,13 @@ Where this torch has the multi-tensor ops (``summary.grouped``), a block of at l
 ``GROUP_MIN`` tensors and at most ``HELD_BYTES`` is reduced in a fixed number of
 ``torch._foreach_*`` kernels however many tensors it has (``GROUPED``): no per-tensor launch,
 only a view of each 0-d small tensor; its sums are added up in another order (see there) and
-its float64 norms come with it, so a grouped block is never held for a redo. Its one temporary is as big as the block, so a tensor bigger
-than ``HELD_BYTES`` (reduced on arrival) and any block on a torch without those ops is reduced
-per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+its float64 norms come with it, so a grouped block is never held for a redo. Its one
+temporary is as big as the block, so a tensor bigger than ``HELD_BYTES`` is not put in one: it
+is reduced on arrival as above (fewer kernels than a grouped block's thirteen, and a temporary
+bounded by ``ARRIVAL_PIECE``, not by its size), and any block on a torch without those ops is
+reduced per tensor as before (aminmax, sum, the norms together, the count in bounded pieces).
+Memory the summaries add, so: at most ``HELD_BYTES`` of gradients kept referenced, and one
+temporary of at most ``max(HELD_BYTES, ARRIVAL_PIECE)`` bytes at a time.
 
 ``FORCE`` runs CPU tensors through this path too, so tests exercise it without a GPU.
 """
@@ -52,7 +61,12 @@ GROUPED = grouped.available()  # blocks reduced by ``summary.grouped`` (else per
 # grouped (~19 whatever the number): counted with bench_engine's summary-op rows
 GROUP_MIN = 4
 HELD_BYTES = 2 << 20  # device gradients a batch keeps referenced, then reduces together
-COUNT_CHUNK = 1 << 21  # elements per non-finite count step of an arriving tensor (temp)
+COUNT_CHUNK = 1 << 21  # elements per non-finite count step of a held per-tensor block (temp)
+# bytes of the one temporary (``t * 0``) of each count piece of a tensor reduced on arrival
+# (``count_pieces``); a piece has at most COUNT_CHUNK_MAX values (float32 counts them exactly).
+# 16 MiB: gpt2's shape at 6.9 summary ops per node (8 MiB: 11.1; 32 MiB: 5.8), bench_engine
+ARRIVAL_PIECE = 16 << 20
+COUNT_CHUNK_MAX = 1 << 24
 
 
 def on_device(t: torch.Tensor) -> bool:
@@ -69,7 +83,7 @@ class Block:
     """
 
     __slots__ = ("dtype", "slots", "owner", "numels", "bases", "small", "rows", "data",
-                 "tensors", "grouped")
+                 "tensors", "grouped", "pieces")
 
     def __init__(self, dtype: torch.dtype, slots: list[int], owner: list[int],
                  numels: list[int], bases: list[dict[str, Any]], small: int, rows: int,
@@ -85,6 +99,7 @@ class Block:
         self.data = data
         self.tensors = tensors  # held tensors (for the float64 redo); None once settled
         self.grouped = grouped  # rows as ``summary.grouped.stats`` lays them out
+        self.pieces: list[int] | None = None  # arrivals: count pieces per column (``Pending``)
 
 
 def reduce(tensors: list[torch.Tensor], slots: list[int], bases: list[dict[str, Any]],
@@ -204,13 +219,19 @@ class Arrivals:
     input) from a new tensor that reuses a dead one's ``id``, and the version counter tells it
     from the same tensor changed since: the engine sums a node's incoming gradients in place
     into the first one when nothing else holds it, as nothing does once it has arrived here.
+
+    A tensor added alone (``add``: bigger than the held budget) costs its per-tensor kernels
+    and nothing else: its 0-d results wait in ``pending`` and join one stack per dtype at the
+    read (``finish``), as a held group's do, rather than a stack, a cast and a concatenation
+    of its own; its non-finite count's pieces are added up on the host.
     """
 
-    __slots__ = ("blocks", "refs")
+    __slots__ = ("blocks", "refs", "pending")
 
     def __init__(self) -> None:
         self.blocks: list[Block] = []
         self.refs: dict[int, tuple[Any, int, int]] = {}
+        self.pending: dict[tuple[torch.dtype, torch.device], list[Pending]] = {}
 
     def find(self, t: torch.Tensor) -> int | None:
         hit = self.refs.get(id(t))
@@ -219,17 +240,126 @@ class Arrivals:
         return None
 
     def add(self, t: torch.Tensor, slot: int, base: dict[str, Any]) -> None:
-        self.settle([slot], [t], [base])
+        item = _pending(t, slot, base)
+        self.pending.setdefault((t.dtype, t.device), []).append(item)
+        self._remember([slot], [t])
 
     def settle(self, slots: list[int], tensors: list[torch.Tensor],
                bases: list[dict[str, Any]]) -> None:
         """Reduce same-dtype tensors now (queued, nothing read) and keep only their statistics."""
         self.blocks.append(reduce(tensors, slots, bases, held=False))
+        self._remember(slots, tensors)
+
+    def _remember(self, slots: list[int], tensors: list[torch.Tensor]) -> None:
         for slot, t in zip(slots, tensors, strict=True):
             try:
                 self.refs[id(t)] = (weakref.ref(t), slot, t._version)
             except TypeError:
                 pass
+
+    def all_blocks(self, results: list[dict[str, Any] | None]) -> list[Block]:
+        """``blocks`` and one block per dtype and device of the ``pending`` arrivals (their
+        stacks queued now; nothing read). A group that cannot be stacked says so in
+        ``results``."""
+        out = list(self.blocks)
+        with torch.no_grad():
+            for items in self.pending.values():
+                try:
+                    out.append(_pending_block(items))
+                except Exception as exc:  # noqa: BLE001 - a summary must never break the pass
+                    for p in items:
+                        results[p.slot] = _failed(dict(p.base), exc)
+        self.pending = {}
+        return out
+
+
+class Pending:
+    """One tensor's statistics queued on arrival, 0-d device tensors until the read: min, max,
+    norm and sum from the per-tensor kernels (float16 also its float32-accumulated norm and
+    sum), the non-finite count in pieces, and the values of a small tensor (copied: a view
+    would keep its storage alive)."""
+
+    __slots__ = ("slot", "base", "n", "stats", "wide", "pieces", "values")
+
+    def __init__(self, slot: int, base: dict[str, Any], n: int, stats: list[torch.Tensor],
+                 wide: list[torch.Tensor], pieces: list[torch.Tensor],
+                 values: torch.Tensor | None) -> None:
+        self.slot = slot
+        self.base = base
+        self.n = n
+        self.stats = stats
+        self.wide = wide
+        self.pieces = pieces
+        self.values = values
+
+
+def _pending(t: torch.Tensor, slot: int, base: dict[str, Any]) -> Pending:
+    """The kernels of one arriving tensor: ``aminmax``, ``_foreach_norm``, ``sum`` (the
+    per-tensor path's own) and two per count piece (``count_pieces``); nothing stacked."""
+    from backstep.engine.summary.format import SMALL
+
+    with torch.no_grad():
+        lo, hi = t.aminmax()
+        (norm,) = torch._foreach_norm([t])
+        stats = [lo, hi, norm, t.sum()]
+        wide: list[torch.Tensor] = []
+        if t.dtype == torch.float16:
+            (norm32,) = torch._foreach_norm([t], 2, dtype=torch.float32)
+            wide = [norm32, t.sum(dtype=torch.float32)]
+        pieces = count_pieces(t)
+        n = t.numel()
+        values = t.reshape(-1).to(torch.float64) if n <= SMALL else None
+    return Pending(slot, base, n, stats, wide, pieces, values)
+
+
+def count_pieces(t: torch.Tensor) -> list[torch.Tensor]:
+    """The non-finite counts of views that cover ``t`` once (their sum is its count), each
+    through a temporary of at most ``ARRIVAL_PIECE`` bytes: two kernels a piece (``_count_piece``),
+    float32 counts exact (a piece has at most 2^24 values)."""
+    from backstep.engine.summary.format import slabs
+
+    n = t.numel()
+    limit = max(1, min(ARRIVAL_PIECE // t.element_size(), COUNT_CHUNK_MAX))
+    if n <= limit:
+        return [_count_piece(t)]
+    if t.is_contiguous():
+        return [_count_piece(piece) for piece in t.view(-1).split(limit)]
+    return [_count_piece(piece) for piece in slabs(t, limit)]
+
+
+def _pending_block(items: list[Pending]) -> Block:
+    """The ``Block`` of same-dtype arrivals: their rows stacked once (min, max, norm, sum,
+    float16's float32 norm and sum), then every count piece, then the small values: a few
+    stacks and casts whatever their number. ``pieces`` says how many count pieces each has."""
+    rows = [[p.stats[r] for p in items] for r in range(4)]
+    parts = [torch.stack([x for row in rows for x in row]).to(torch.float64)]
+    wide = bool(items[0].wide)
+    if wide:
+        parts.append(torch.stack([p.wide[r] for r in range(2) for p in items]).to(torch.float64))
+    parts.append(torch.stack([c for p in items for c in p.pieces]).to(torch.float64))
+    small = [p.values for p in items if p.values is not None]
+    if small:
+        parts.append(torch.cat(small))
+    block = Block(items[0].stats[0].dtype, [p.slot for p in items], list(range(len(items))),
+                  [p.n for p in items], [p.base for p in items],
+                  sum(v.numel() for v in small), 7 if wide else 5, torch.cat(parts), None)
+    block.pieces = [len(p.pieces) for p in items]
+    return block
+
+
+def _counts_in_place(b: Block, part: list[float]) -> list[float]:
+    """A pending block's read laid out as ``reduce``'s: its count pieces added up into the
+    non-finite row (exact: integers below 2^53), after the four statistics' rows."""
+    assert b.pieces is not None
+    m = len(b.pieces)
+    stored = (b.rows - 1) * m
+    counts = part[stored: stored + sum(b.pieces)]
+    bad: list[float] = []
+    pos = 0
+    for k in b.pieces:
+        bad.append(float(sum(counts[pos: pos + k])))
+        pos += k
+    return part[: 4 * m] + bad + part[4 * m: stored] + part[stored + len(counts):]
 
 
 def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.Tensor]]],
@@ -240,7 +370,7 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
     from backstep.engine.summary.format import base_summary
 
     blocks: dict[torch.device, list[Block]] = {}
-    for block in arrivals.blocks:
+    for block in arrivals.all_blocks(results):
         blocks.setdefault(block.data.device, []).append(block)
     for (_, device), items in groups.items():
         tensors = [t for _, t in items]
@@ -271,7 +401,11 @@ def finish(groups: dict[tuple[torch.dtype, torch.device], list[tuple[int, torch.
                 if digits not in rounded:
                     rounded[digits] = round_digits(host, digits).tolist()
                 shown = rounded[digits][offset: offset + size]
-            _fill(b, values[offset: offset + size], shown, results, redo)
+            part = values[offset: offset + size]
+            if b.pieces is not None:
+                part = _counts_in_place(b, part)
+                shown = _counts_in_place(b, shown) if shown is not None else None
+            _fill(b, part, shown, results, redo)
             offset += size
         if redo:
             _redo_float64(redo, results)
