@@ -15,36 +15,16 @@ from __future__ import annotations
 
 import ast
 import sys
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "backstep"
+from tests.package_modules import MODULES, resolve
+
 Import = tuple[str, bool]  # (module name, at module level)
-
-
-def _name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-MODULES: dict[str, Path] = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _resolve(module: str, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    package = module.split(".")
-    if not MODULES[module].name == "__init__.py":
-        package = package[:-1]
-    base = package[: len(package) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
 
 
 def imports(module: str, *, type_checking: bool = False) -> list[Import]:
@@ -59,7 +39,7 @@ def imports(module: str, *, type_checking: bool = False) -> list[Import]:
             if isinstance(child, ast.Import):
                 found.extend((alias.name, top) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
-                base = _resolve(module, child)
+                base = resolve(module, child)
                 for alias in child.names:
                     full = f"{base}.{alias.name}"
                     found.append((full if full in MODULES else base, top))

@@ -6,7 +6,6 @@ edits them (zeroing a NaN at its birth node gives finite leaf gradients and an `
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,38 +17,10 @@ from backstep.engine.capture import Capture
 from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
 from backstep.events.spec import check
+from tests.engine_fixtures import Console, assert_same, captured, outcome
 from tests.scenarios import SCENARIOS
-from tests.test_engine_fidelity import _outcome, assert_same, captured
 
 TIMEOUT = 20.0
-
-
-class Console:
-    """Plays the UI: at each stop, ``lines(stopped)`` says what to evaluate, then it resumes."""
-
-    def __init__(self, lines: Callable[[dict[str, Any]], list[str]], resume: str = "step",
-                 **options: Any) -> None:
-        self.lines = lines
-        self.resume = resume
-        self.events: list[dict[str, Any]] = []
-        self.answers: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-        self.controller = Controller(self._emit, **options)
-        self._pending: list[tuple[str, dict[str, Any]]] = []
-
-    def _emit(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        if event["event"] == "evaluated":
-            source, stopped = self._pending.pop(0)
-            self.answers.append((source, stopped, event))
-        if event["event"] == "stopped":
-            for source in self.lines(event):
-                self._pending.append((source, event))
-                self.controller.feed({"cmd": "eval", "req": len(self.answers) + len(self._pending),
-                                      "source": source, "stop": event["stop"]})
-            self.controller.feed({"cmd": self.resume})
-
-    def answer(self, source: str) -> dict[str, Any]:
-        return next(a for s, _, a in self.answers if s == source)
 
 
 def test_a_line_sees_the_stops_tensors_node_leaves_and_the_callers_variables() -> None:
@@ -86,9 +57,9 @@ def test_grad_inputs_once_the_node_ran() -> None:
 
 def test_an_exception_leaves_the_pass_paused_and_intact() -> None:
     console = Console(lambda e: ["1 / 0", "raise SystemExit(3)", "grad_outputs[0].sum().item()"])
-    plain = _outcome(SCENARIOS["graph_basics"])
+    plain = outcome(SCENARIOS["graph_basics"])
     with captured(Capture(ListRecorder(), console.controller, record=False)):
-        under = _outcome(SCENARIOS["graph_basics"])
+        under = outcome(SCENARIOS["graph_basics"])
     assert_same(plain, under)
     first = [a for s, _, a in console.answers if s == "1 / 0"][0]
     assert not first["ok"] and "ZeroDivisionError: division by zero" in first["text"]
@@ -255,11 +226,11 @@ def test_a_bad_edit_is_refused_in_the_console_and_changes_nothing() -> None:
 def test_lines_without_an_edit_change_nothing(name: str) -> None:
     """Reading everything at every stop, without editing, leaves every result bit-identical."""
     fn = SCENARIOS[name]
-    plain = _outcome(fn)
+    plain = outcome(fn)
     console = Console(lambda e: ["grad_outputs", "saved", "leaves", "[g.sum() for g in "
                                  "grad_outputs if g is not None]"])
     with captured(Capture(ListRecorder(), console.controller, record=False)):
-        under = _outcome(fn)
+        under = outcome(fn)
     assert_same(plain, under)
     assert console.answers
 

@@ -11,10 +11,9 @@ from pathlib import Path
 from backstep.demo import catalog as demos
 from backstep.demo import narration
 from backstep.process.launcher import debuggee_command
-from backstep.tui.app import BackstepApp
 from backstep.tui.panels.narration import NarrationPanel
 from backstep.tui.runtime.live_link import LiveLink
-from tests.tui_fixtures import RecordingLink, example_events, live_app
+from tests.tui_fixtures import graph_basics_at_step_3, live_app
 from tests.tui_pilot import screen_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,14 +171,6 @@ def test_a_real_demo_fills_its_ids_and_outro_from_the_run() -> None:
     assert f"(id {ids[(2, 4)]}; pass 1's was id {ids[(1, 4)]})" in stop_text
     assert outro.startswith("Checked: with detach()") and "own 80-byte storage" in outro
     assert "from\n0 to 1" in outro or "from 0 to 1" in outro
-
-
-def graph_basics_at_step_3() -> BackstepApp:
-    """The UI stopped before MulBackward0 (step 3) with graph_basics' narration."""
-    demo = demos.find("graph_basics", REPO / "demos")
-    assert demo is not None
-    return live_app(RecordingLink(example_events(), stop=3),
-                       narration=narration.load(demo.narration))
 
 
 def test_narration_scrolls_inside_its_panel_at_80x24() -> None:

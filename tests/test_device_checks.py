@@ -18,7 +18,7 @@ import torch
 from backstep.engine import device_checks, transfers
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import AutoStepper, captured
+from tests.engine_fixtures import AutoStepper, captured
 
 
 class Late:

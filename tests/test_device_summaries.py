@@ -20,7 +20,8 @@ from backstep.engine.recorder import ListRecorder
 from backstep.engine.summary import SummaryBatch, single
 from backstep.engine.summary import batch as summary_batch
 from backstep.engine.summary import device as summary_device
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
+from tests.summary_checks import _same_up_to_reduction_order, agree, batch_summaries
 
 
 @pytest.fixture(params=[True, False], ids=["grouped", "per-tensor"])
@@ -30,27 +31,6 @@ def device_path(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest)
     monkeypatch.setattr(summary_device, "FORCE", True)
     monkeypatch.setattr(summary_device, "GROUPED", request.param)
     yield
-
-
-def agree(got: list[Any], want: list[Any], items: list[torch.Tensor]) -> bool:
-    """Device-path summaries against the host path's: equal, except that a grouped block's mean
-    comes from a sum added up in another order (``summary.grouped``), so it may differ by the
-    reduction-order tolerance. Every other field (the norm included) is the same number."""
-    if not summary_device.GROUPED:
-        return got == want
-    if len(got) != len(want):
-        return False
-    for g, w, t in zip(got, want, items, strict=True):
-        if g == w:
-            continue
-        if g is None or w is None or not summary_batch._batchable(t):
-            return False
-        if {k: v for k, v in g.items() if k != "mean"} != {
-                k: v for k, v in w.items() if k != "mean"}:
-            return False
-        if not _same_up_to_reduction_order(g, w, t):
-            return False
-    return True
 
 
 def tensors() -> list[torch.Tensor]:
@@ -75,13 +55,6 @@ def _huge(t: torch.Tensor) -> bool:
     """Finite values whose float32 norm overflows (only float16 is redone on arrival)."""
     return (t.is_floating_point() and t.dtype != torch.float16 and t.layout == torch.strided
             and t.numel() > 0 and float(t.nan_to_num(0.0, 0.0, 0.0).abs().max()) > 1e18)
-
-
-def batch_summaries(items: list[torch.Tensor]) -> list[dict[str, Any] | None]:
-    batch = SummaryBatch()
-    slots = [batch.add(t) for t in items]
-    results = batch.compute()
-    return [results[s] for s in slots if s is not None]
 
 
 def test_device_path_summaries_equal_the_host_paths(device_path: None) -> None:
@@ -276,28 +249,6 @@ def test_recorded_traces_are_the_same_on_either_path(monkeypatch: pytest.MonkeyP
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def _same_up_to_reduction_order(got: dict[str, Any], want: dict[str, Any],
-                                t: torch.Tensor) -> bool:
-    """A CUDA summary against the CPU one: every field equal, except that a sum and a norm
-    added up in another order (CUDA's tree reduction) may differ by a few roundings of the
-    dtype, relative to the magnitudes summed."""
-    loose = {"mean", "norm"}
-    if {k: v for k, v in got.items() if k not in loose} != {
-            k: v for k, v in want.items() if k not in loose}:
-        return False
-    eps = torch.finfo(t.dtype).eps
-    finite = t.double().nan_to_num(0.0, 0.0, 0.0).abs()
-    scales = {"mean": float(finite.mean()), "norm": float(finite.norm())}
-    for key in loose:
-        a, b = got.get(key), want.get(key)
-        if isinstance(a, float) and isinstance(b, float) and math.isfinite(a):
-            if abs(a - b) > 8 * eps * scales[key] + 1e-300:
-                return False
-        elif a != b:
-            return False
-    return True
 
 
 def test_the_reduction_order_tolerance_is_tight() -> None:

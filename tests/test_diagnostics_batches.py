@@ -10,6 +10,7 @@ import pytest
 
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.recorder import ListRecorder
+from tests.diagnostics_feed import feed
 
 CALLER = {"file": "t.py", "line": 7, "code": "loss.backward()"}
 FINITE = {"shape": [], "dtype": "float32", "min": 1.0, "max": 1.0, "mean": 1.0, "norm": 1.0,
@@ -69,21 +70,9 @@ def _run(batched: bool, set_off: bool) -> list[dict[str, Any]]:
                              "bytes": 64})
 
         doctor._manual.accumulate = accumulate  # type: ignore[method-assign]
-    _feed(doctor, _passes(), batched)
+    feed(doctor, _passes(), batched)
     doctor.emit({"event": "exit", "code": 0, "traceback": None})  # retain_graph is judged here
     return recorder.events
-
-
-def _feed(doctor: Diagnostician, passes: Any, batched: bool) -> None:
-    """Each pass's begin, its events (in one ``emit_many`` when ``batched``) and its end."""
-    for begin, batch, end in passes:
-        doctor.emit(begin)
-        if batched:
-            doctor.emit_many(batch)
-        else:
-            for event in batch:
-                doctor.emit(event)
-        doctor.emit(end)
 
 
 @pytest.mark.parametrize("set_off", [False, True])
@@ -145,7 +134,7 @@ def test_random_batches_are_diagnosed_as_their_events_one_by_one(seed: int) -> N
     results = []
     for batched in (False, True):
         recorder = ListRecorder()
-        _feed(Diagnostician(recorder), _random_passes(seed), batched)
+        feed(Diagnostician(recorder), _random_passes(seed), batched)
         results.append(recorder.events)
     assert results[1] == results[0]
     assert any(e["event"] == "diagnosis" for e in results[0])

@@ -17,7 +17,7 @@ from torch.optim import optimizer as optimizer_module
 from backstep.engine.capture import Capture
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.recorder import ListRecorder
-from tests.test_diagnostics import PITFALLS, check_script, diagnose, expectations
+from tests.pitfall_runs import PITFALLS, check_script, diagnose, expectations
 
 CORPUS = Path(__file__).parent / "corpus"
 SCRIPTS = sorted(CORPUS.glob("*.py"))

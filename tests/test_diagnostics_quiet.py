@@ -12,7 +12,7 @@ import pytest
 from backstep.engine.diagnostics import Diagnostician
 from backstep.engine.diagnostics.rules import EventRules
 from backstep.engine.recorder import ListRecorder
-from tests.test_diagnostics_batches import _feed
+from tests.diagnostics_feed import feed
 
 CALLER = {"file": "t.py", "line": 7, "code": "loss.backward()"}
 FINITE = {"shape": [], "dtype": "float32", "min": 1.0, "max": 1.0, "mean": 1.0, "norm": 1.0,
@@ -77,7 +77,7 @@ def _run(seed: int, batched: bool) -> tuple[list[dict[str, Any]], Diagnostician,
         return node(event)
 
     doctor._rules.node = counted  # type: ignore[method-assign]
-    _feed(doctor, _passes(seed), batched)
+    feed(doctor, _passes(seed), batched)
     return recorder.events, doctor, calls[0]
 
 

@@ -17,8 +17,7 @@ from backstep.traces.edits import edits_of
 from backstep.traces.index import TraceIndex
 from backstep.tui.app import BackstepApp
 from backstep.tui.panels.console import ConsolePanel
-from tests.test_console_engine import Console
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import Console, captured
 from tests.tui_fixtures import replay_app
 from tests.tui_pilot import pilot
 

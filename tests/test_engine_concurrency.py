@@ -16,7 +16,7 @@ import torch
 from backstep.engine.capture import Capture
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import captured, check_stream
+from tests.engine_fixtures import captured, check_stream
 
 TIMEOUT = 20.0  # seconds; only ever reached by a deadlock
 THREADS = 3

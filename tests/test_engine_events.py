@@ -15,19 +15,9 @@ from torch.utils.checkpoint import checkpoint
 from backstep.engine.capture import Capture
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import AutoStepper, captured
+from tests.engine_fixtures import AutoStepper, captured, nodes_of, record
+from tests.engine_models import TwoPart
 from tests.torch_features import needs_saved_data, seen
-
-
-def record(fn: Any) -> ListRecorder:
-    recorder = ListRecorder()
-    with captured(Capture(recorder)):
-        fn()
-    return recorder
-
-
-def nodes_of(recorder: ListRecorder, number: int = 1) -> list[dict[str, Any]]:
-    return [e for e in recorder.of("node") if e["pass"] == number]
 
 
 def test_graph_basics_events() -> None:
@@ -307,16 +297,6 @@ def test_breakpoints(breakpoints: list[dict], expected: tuple[str, str, bool]) -
     assert (stops[0]["name"], stops[0]["reason"], stops[0]["after"]) == expected
     assert len(rec.of("pass_begin")) == 1, "a pass announces its graph at its first stop"
     assert torch.isnan(x.grad[0]) and x.grad[1].item() == 0.25
-
-
-class TwoPart(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8))
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x) * 2)
 
 
 def test_module_breakpoint_stops_only_inside_the_named_modules() -> None:

@@ -3,96 +3,21 @@ errors as plain PyTorch — recording a trace, and stepping node by node through
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-import torch
 
 from backstep.engine.capture import Capture
-from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
+from tests.engine_fixtures import AutoStepper, assert_same, captured, check_stream, outcome
 from tests.scenarios import SCENARIOS
-
-
-def _outcome(fn: Any) -> tuple[str, Any]:
-    try:
-        return "ok", fn()
-    except Exception as exc:  # noqa: BLE001 - the error itself is the outcome
-        return "error", (type(exc), str(exc))
-
-
-def _bits(t: torch.Tensor | None) -> Any:
-    """The tensor's exact bytes (NaN-safe, sparse and complex included)."""
-    if t is None:
-        return None
-    t = t.detach()
-    if t.layout != torch.strided:
-        t = t.to_dense()
-    t = t.resolve_conj().resolve_neg()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return (t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).tolist())
-
-
-def assert_same(plain: tuple[str, Any], under: tuple[str, Any]) -> None:
-    assert plain[0] == under[0], (plain, under)
-    if plain[0] == "error":
-        assert plain[1] == under[1]
-        return
-    assert plain[1].keys() == under[1].keys()
-    for key in plain[1]:
-        assert _bits(plain[1][key]) == _bits(under[1][key]), key
-
-
-class AutoStepper:
-    """A controller whose UI answers every stop with a fixed command, like a person would."""
-
-    def __init__(self, command: str = "step", **options: Any) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.command = command
-        self.controller = Controller(self._emit, **options)
-
-    def _emit(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        if event["event"] == "stopped":
-            self.controller.feed({"cmd": self.command})
-
-
-@contextlib.contextmanager
-def captured(capture: Capture) -> Iterator[Capture]:
-    capture.install()
-    try:
-        yield capture
-    finally:
-        capture.uninstall()
-
-
-def check_stream(events: list[dict[str, Any]]) -> None:
-    """Every pass is announced, its nodes run in 1..n order, and ran + skipped = all nodes."""
-    begins = {e["pass"]: e for e in events if e["event"] == "pass_begin"}
-    ends = {e["pass"]: e for e in events if e["event"] == "pass_end"}
-    assert begins.keys() == ends.keys()
-    for number, begin in begins.items():
-        ids = {n["id"] for n in begin["nodes"]}
-        nodes = [e for e in events if e["event"] == "node" and e["pass"] == number]
-        ok_nodes = [e for e in nodes if e["error"] is None]
-        assert [e["step"] for e in ok_nodes] == list(range(1, len(ok_nodes) + 1))
-        ran = {e["id"] for e in ok_nodes}
-        assert ran <= ids
-        if ends[number]["status"] == "ok":
-            assert ran | set(ends[number]["skipped"]) == ids
-            assert not ran & set(ends[number]["skipped"])
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_recording_changes_nothing(name: str) -> None:
     fn = SCENARIOS[name]
-    plain = _outcome(fn)
+    plain = outcome(fn)
     recorder = ListRecorder()
     with captured(Capture(recorder)):
-        under = _outcome(fn)
+        under = outcome(fn)
     assert_same(plain, under)
     check_stream(recorder.events)
     assert recorder.of("pass_begin"), "every scenario runs at least one backward pass"
@@ -101,11 +26,11 @@ def test_recording_changes_nothing(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_stepping_changes_nothing(name: str) -> None:
     fn = SCENARIOS[name]
-    plain = _outcome(fn)
+    plain = outcome(fn)
     stepper = AutoStepper("step")
     recorder = ListRecorder()
     with captured(Capture(recorder, stepper.controller, record=False)):
-        under = _outcome(fn)
+        under = outcome(fn)
     assert_same(plain, under)
     stops = [e for e in stepper.events if e["event"] == "stopped"]
     assert stops and stops[0]["reason"] == "pass_start"

@@ -6,7 +6,6 @@ node or tensor of a pass alive after it."""
 from __future__ import annotations
 
 import gc
-import io
 import itertools
 import json
 import weakref
@@ -17,31 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from backstep.engine import graph as graph_module
-from backstep.engine.capture import Capture
-from backstep.engine.provenance import Provenance, annotate
-from backstep.engine.recorder import JsonlRecorder
-from tests.test_engine_events import TwoPart
-from tests.test_provenance import Square
-
-
-def _trace(reuse: bool, steps: Callable[[], None]) -> tuple[bytes, int]:
-    """The trace ``steps`` writes (node ids numbered from 1, as in a fresh process), and how
-    many listings came from a template."""
-    stream = io.BytesIO()
-    capture = Capture(JsonlRecorder(stream))
-    capture.listings.enabled = reuse
-    capture.annotate = annotate
-    saved_ids = graph_module._ids
-    graph_module._ids = itertools.count(1)
-    capture.install()
-    try:
-        with Provenance():
-            steps()
-    finally:
-        capture.uninstall()
-        graph_module._ids = saved_ids
-    return stream.getvalue(), capture.listings.reused
+from tests.engine_models import Square, TwoPart
+from tests.listing_traces import listing_trace
 
 
 def _training_loop() -> None:
@@ -56,8 +32,8 @@ def _training_loop() -> None:
 
 
 def test_a_repeated_shape_is_written_from_the_template_exactly_as_in_full() -> None:
-    full, none_reused = _trace(False, _training_loop)
-    reused, count = _trace(True, _training_loop)
+    full, none_reused = listing_trace(False, _training_loop)
+    reused, count = listing_trace(True, _training_loop)
     assert none_reused == 0
     assert count == 3  # passes 2 to 4: the second sighting of a shape makes its template
     assert reused == full
@@ -125,8 +101,8 @@ def _listings(trace: bytes) -> list[list[dict[str, Any]]]:
 
 
 def test_a_changed_shape_is_never_taken_for_the_one_before() -> None:
-    full, _ = _trace(False, _changing_shapes)
-    reused, count = _trace(True, _changing_shapes)
+    full, _ = listing_trace(False, _changing_shapes)
+    reused, count = listing_trace(True, _changing_shapes)
     assert count > 0
     assert reused == full
     # each planned change is real: the listing differs from the pass before in that part only
@@ -160,7 +136,7 @@ def test_reused_listing_keeps_no_node_or_tensor_of_its_pass() -> None:
             alive.append(sum(r() is not None for r in refs))
 
     alive: list[int] = []
-    _, count = _trace(True, steps)
+    _, count = listing_trace(True, steps)
     assert count == 3
     assert alive == [0, 0, 0, 0]
 
@@ -178,7 +154,7 @@ def test_gradients_are_the_same_with_and_without_reuse(reuse: bool) -> None:
 
     plain = run()
     traced: list[torch.Tensor] = []
-    _trace(reuse, lambda: traced.extend(run()))
+    listing_trace(reuse, lambda: traced.extend(run()))
     assert all(torch.equal(a, b) for a, b in zip(plain, traced, strict=True))
 
 
@@ -194,9 +170,9 @@ def test_communication_labels_are_part_of_the_shape(monkeypatch: pytest.MonkeyPa
         return comm_points
 
     monkeypatch.setattr(sharded, "comm_points", labels(itertools.count()))
-    full, _ = _trace(False, _training_loop)
+    full, _ = listing_trace(False, _training_loop)
     monkeypatch.setattr(sharded, "comm_points", labels(itertools.count()))
-    reused, count = _trace(True, _training_loop)
+    reused, count = listing_trace(True, _training_loop)
     assert b'"comm":"all-gather"' in full and b'"comm":"reduce-scatter"' in full
     assert reused == full
     assert count >= 1

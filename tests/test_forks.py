@@ -15,7 +15,7 @@ import pytest
 
 from backstep.events.form import expand
 from tests.pty_session import Pty, alive
-from tests.test_trace_cli import ENV, compare, kinds
+from tests.trace_runs import ENV, compare, kinds
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
 

@@ -11,7 +11,7 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 from backstep.engine.graph import gradient_edge
-from tests.test_provenance import Square
+from tests.engine_models import Square
 
 
 def _items() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from backstep.engine import transfers
 from backstep.engine.summary import SummaryBatch, grouped
 from backstep.engine.summary import device as summary_device
-from tests.test_device_summaries import agree, batch_summaries
+from tests.summary_checks import agree, batch_summaries
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 

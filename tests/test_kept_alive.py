@@ -13,7 +13,7 @@ import torch
 
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
-from tests.test_diagnostics import diagnose
+from tests.pitfall_runs import diagnose
 
 HEAD = """
 import torch

@@ -12,7 +12,7 @@ from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
 from backstep.tui.state.flow_leaves import leaf_flows
 from backstep.tui.state.model import SessionModel
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
 
 
 def record(fn: Any) -> ListRecorder:

@@ -15,8 +15,8 @@ from backstep.engine import graph as graph_module
 from backstep.engine.capture import Capture
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import captured
-from tests.test_engine_listings import _trace
+from tests.engine_fixtures import captured
+from tests.listing_traces import listing_trace
 
 
 class Odd(nn.Module):
@@ -33,8 +33,8 @@ def _odd_steps() -> None:
 
 
 def test_percent_and_braces_in_the_listing_come_out_as_written() -> None:
-    full, none_reused = _trace(False, _odd_steps)
-    reused, count = _trace(True, _odd_steps)
+    full, none_reused = listing_trace(False, _odd_steps)
+    reused, count = listing_trace(True, _odd_steps)
     assert none_reused == 0 and count == 3
     assert reused == full
     assert b"] % 5  # %s %d {0} %%" in full and b"{0[1]}" in full

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from backstep.events.form import expand
 from tests.pty_session import Pty, alive, children_of, pytestmark  # noqa: F401 - same skips
-from tests.test_trace_cli import ENV
+from tests.trace_runs import ENV
 
 MODULE = textwrap.dedent(
     """\

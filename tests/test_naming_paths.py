@@ -17,7 +17,7 @@ from backstep.engine.naming import module_name, module_paths
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import ListRecorder
 from backstep.events.breakpoints import parse_breakpoint
-from tests.test_engine_fidelity import AutoStepper, captured
+from tests.engine_fixtures import AutoStepper, captured
 
 SCRIPT = textwrap.dedent(
     """

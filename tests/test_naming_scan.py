@@ -13,7 +13,7 @@ from torch import nn
 from backstep.engine import naming
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
 
 
 def reference_user_frames(frame: Any) -> list[Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backstep.tui.panels.narration import NarrationPanel
-from tests.test_demo_ui import graph_basics_at_step_3
+from tests.tui_fixtures import graph_basics_at_step_3
 from tests.tui_pilot import pilot, screen_text
 
 

@@ -20,7 +20,7 @@ from backstep.process.channel import Channel
 from backstep.tui.runtime.reader import Reader
 from backstep.tui.state import node_line
 from backstep.tui.state.node_record import _saved_bytes
-from tests.test_tui_node_events import Lines
+from tests.line_channel import Lines
 from tests.tui_fixtures import chain_pass, summary
 
 FIELDS = {"event", "pass", "step", "id", "name", "error"}

@@ -20,9 +20,8 @@ from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
 from backstep.engine.torch_api import saved_tensor_data
 from backstep.tui.panels.saved import UNKNOWN_LINE, SavedPanel
-from tests.test_diagnostics import PITFALLS, check_script, diagnose
-from tests.test_engine_events import nodes_of, record
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured, nodes_of, record
+from tests.pitfall_runs import PITFALLS, check_script, diagnose
 from tests.tui_fixtures import RecordingLink, example_events, live_app, upto_stop
 from tests.tui_pilot import pilot, settle
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.test_architecture import MODULES, _resolve
+from tests.package_modules import MODULES, resolve
 
 EXCLUDED: tuple[str, ...] = ()
 
@@ -30,7 +30,7 @@ def private_imports(module: str, source: str | None = None) -> list[str]:
     aliases: dict[str, str] = {}  # a local name -> the backstep module it stands for
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = _resolve(module, node)
+            base = resolve(module, node)
             if not base.startswith("backstep"):
                 continue
             for alias in node.names:

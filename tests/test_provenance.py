@@ -27,6 +27,7 @@ from backstep.engine.provenance import (
 )
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance import inplace as provenance_inplace
+from tests.engine_models import Square
 from tests.torch_features import needs_saved_data
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -640,18 +641,6 @@ def test_gpt_gradients_bit_identical() -> None:
 
 
 # -- custom Functions, checkpoint ------------------------------------------------------------
-
-
-class Square(Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (x,) = ctx.saved_tensors
-        return 2 * x * grad
 
 
 def test_custom_function() -> None:

@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 from backstep.engine.capture import Capture
 from backstep.engine.provenance import Provenance, annotate
 from backstep.engine.recorder import ListRecorder
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
 
 HERE = Path(__file__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from backstep.events.form import expand
-from tests.test_ranks_torchrun import ENV, EXIT_ABORT, TORCHRUN, free_port
+from tests.torchrun_runs import ENV, EXIT_ABORT, TORCHRUN, free_port
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="needs gloo on loopback"),
@@ -235,7 +235,7 @@ def test_run_steps_an_fsdp2_rank_while_the_other_records(tmp_path: Path) -> None
     """``run --rank 0``: rank 0 stops in the UI, leaves named, the post-backward marked; rank 1
     records meanwhile. No collective of backstep's own: the ranks would hang on it."""
     from tests.pty_session import Pty, alive
-    from tests.test_ranks_torchrun import descendants
+    from tests.torchrun_runs import descendants
 
     cwd = project(tmp_path, FSDP)
     plain = plain_lines(cwd, ENV)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from backstep.events.form import expand
-from tests.pty_session import Pty, alive, children_of
+from tests.pty_session import Pty, alive
+from tests.torchrun_runs import ENV, EXIT_ABORT, TORCHRUN, descendants, free_port
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="needs a pty and gloo on loopback"),
@@ -56,18 +55,6 @@ TRAIN = textwrap.dedent(
     """
 )
 
-# EXIT_ABORT: with DDP still holding the group when the interpreter exits, a rank of this job
-# aborts after its last line ("terminate called without an active exception", SIGABRT) in
-# about one torchrun run in ten on torch 2.13 CPU, with no backstep in the process (measured
-# 2026-11-24: 3 of 30 and 3 of 30 runs; with the model dropped before the group, 0 of 40).
-# CI still met it once, in the plain reference run (2026-11-26): that run is tried again.
-EXIT_ABORT = "terminate called without an active exception"
-
-# torchrun's own setting for every worker; the plain reference runs under it too
-ENV = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning", "OMP_NUM_THREADS": "1"}
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-
-
 def project(tmp_path: Path) -> Path:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -79,12 +66,6 @@ def lines(output: str) -> list[str]:
     """The script's lines, sorted: under ``python -u`` print writes a line and its newline
     apart, so two ranks on one pipe can interleave them (plain torchrun does the same)."""
     return sorted(re.findall(r"rank \d (?:step \d grads|weights) [0-9a-f]{12}", output))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_plain(cwd: Path) -> tuple[list[int], list[str], str]:
@@ -144,15 +125,6 @@ def test_trace_writes_one_valid_file_per_rank(tmp_path: Path, plain: list[str]) 
                            "t.rank1.jsonl"], cwd=cwd, capture_output=True, text=True, timeout=60)
     assert diff.returncode == 1, diff.stdout + diff.stderr
     assert "difference born at pass 1, step 2" in diff.stdout and "PowBackward0" in diff.stdout
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        children = children_of(todo.pop())
-        found += children
-        todo += children
-    return found
 
 
 def test_run_rank_0_steps_while_rank_1_runs_on(tmp_path: Path, plain: list[str]) -> None:

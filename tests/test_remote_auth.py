@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-from backstep.engine.controller import Controller
 from backstep.process import auth, remote
-
-TOKEN = auth.new_token()
+from tests.remote_peer import TOKEN, listening
 
 
 def handshake(server_token: str, client_token: str) -> tuple[Any, Any, bytes]:
@@ -104,17 +102,6 @@ def test_addresses(text: str, address: tuple[str, int]) -> None:
 def test_bad_addresses(text: str) -> None:
     with pytest.raises(ValueError, match="HOST"):
         remote.parse_address(text)
-
-
-def listening(logs: list[str]) -> tuple[remote.RemoteServer, Controller, tuple[str, int]]:
-    """A server on a free loopback port, serving a closed controller, logging into ``logs``."""
-    controller = Controller(lambda event: None)
-    controller.close()
-    server = remote.RemoteServer(("127.0.0.1", 0), {"event": "session"}, token=TOKEN,
-                                 log=logs.append)
-    server.serve(controller)
-    host, port = server.address.rsplit(":", 1)
-    return server, controller, (host, int(port))
 
 
 def test_one_ui_at_a_time_and_refusals_logged_in_one_line() -> None:

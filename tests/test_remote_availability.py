@@ -13,7 +13,7 @@ import pytest
 
 from backstep.process import remote
 from backstep.process.refusals import Refusals
-from tests.test_remote_auth import TOKEN, listening
+from tests.remote_peer import TOKEN, listening
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from backstep.process import auth, remote
-from tests.test_remote_auth import TOKEN, listening
+from tests.remote_peer import TOKEN, listening
 
 FLOOD = """\
 import socket, sys, time

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 import backstep  # noqa: E402
 from backstep.process import auth, remote  # noqa: E402
 from backstep.process.attach import registry  # noqa: E402
-from tests.test_channel_fuzz import fuzz_command  # noqa: E402
+from tests.command_fuzz import fuzz_command  # noqa: E402
 
 SEED = 20261124
 

@@ -21,7 +21,7 @@ from backstep.traces.passes import KIND_CODE
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.replay import Position, Replay
 from backstep.tui.state.snapshot import Snapshot
-from tests.test_engine_fidelity import AutoStepper, captured
+from tests.engine_fixtures import AutoStepper, captured
 from tests.tui_fixtures import panels
 
 

@@ -10,7 +10,7 @@ import torch
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder
 from backstep.engine.saved import saved_record, saved_status
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
 
 
 def record(fn: Any) -> ListRecorder:

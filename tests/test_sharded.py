@@ -173,7 +173,7 @@ def sharded_loss() -> torch.Tensor:
 def test_fsdp_leaves_are_named_from_the_graph_when_no_variable_holds_the_model(mesh: Any) -> None:
     from backstep.engine.capture import Capture
     from backstep.engine.recorder import ListRecorder
-    from tests.test_engine_fidelity import captured
+    from tests.engine_fixtures import captured
 
     recorder = ListRecorder()
     loss = sharded_loss()
@@ -195,7 +195,7 @@ def test_a_root_only_fsdp_model_is_found_through_the_frames(mesh: Any) -> None:
 
     from backstep.engine.capture import Capture
     from backstep.engine.recorder import ListRecorder
-    from tests.test_engine_fidelity import captured
+    from tests.engine_fixtures import captured
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh())

@@ -335,29 +335,62 @@ async def test_backstep_show_settles_its_memory_once_the_trace_is_read(trace: Pa
 @pilot
 async def test_backstep_show_collects_at_rest_after_a_move(trace: Path, monkeypatch) -> None:
     """A while after the last move, ``tidy`` collects, once a move and only in backstep show's
-    own process: a run of keys starts with nothing for the collector."""
+    own process: a run of keys starts with nothing for the collector. The driver's clock is the
+    test's: its tidy timers are held here and fired when the test says a while has passed, so a
+    slow key on a loaded machine cannot stand for a person reading."""
     import backstep.tui.runtime.replay_driver as replay_driver
 
+    class Held:
+        """A tidy timer the test fires; ``stop`` as a Textual timer's."""
+
+        def __init__(self, callback) -> None:
+            self.callback, self.stopped, self.fired = callback, False, False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    def waiting(held: list[Held]) -> list[Held]:
+        return [h for h in held if not h.stopped and not h.fired]
+
+    def a_while(held: list[Held]) -> None:  # the person reads: the waiting timer fires
+        for h in waiting(held):
+            h.fired = True
+            h.callback()
+
     monkeypatch.setattr(replay_driver, "settle", lambda: True)
+    monkeypatch.setattr(replay_driver, "TIDY_AFTER", 3600.0)  # only this test's clock fires it
     for asked in (True, False):
         calls: list[int] = []
+        held: list[Held] = []
         monkeypatch.setattr(replay_driver, "tidy", lambda calls=calls: calls.append(1))
         with TraceIndex(trace) as index:
             app = replay_app(index, settle_memory=asked)
+            real_timer = app.set_timer
+
+            def set_timer(delay, callback=None, *args, held=held, real_timer=real_timer, **kw):
+                if delay != replay_driver.TIDY_AFTER:
+                    return real_timer(delay, callback, *args, **kw)
+                held.append(Held(callback))
+                return held[-1]
+
+            monkeypatch.setattr(app, "set_timer", set_timer)
             async with app.run_test(size=(140, 42)) as pilot:
-                await pilot.pause(0.1)
+                for _ in range(200):  # the index and the carries are built before a collection
+                    if index.done and app.driver.replay.carries.done:
+                        break
+                    await pilot.pause(0.05)
+                held.clear()  # the first snapshot's timer: the keys below start afresh
                 await press(pilot, "right_square_bracket")
-                await pilot.pause(replay_driver.TIDY_AFTER / 2)
                 await press(pilot, "n")  # keys a read apart: no collection between them
-                await pilot.pause(replay_driver.TIDY_AFTER / 2)
-                assert calls == []
-                await pilot.pause(replay_driver.TIDY_AFTER)
+                assert calls == [] and len(waiting(held)) == (1 if asked else 0), held
+                a_while(held)
                 assert calls == ([1] if asked else []), (asked, calls)
-                await pilot.pause(replay_driver.TIDY_AFTER)  # at rest: nothing new to do
-                assert len(calls) <= 1
+                a_while(held)  # at rest: nothing new to do
+                assert len(calls) <= 1 and not waiting(held)
                 await press(pilot, "n")
-                await pilot.pause(1.5 * replay_driver.TIDY_AFTER)
+                a_while(held)
         assert calls == ([1, 1] if asked else []), (asked, calls)
+        assert len(held) == (3 if asked else 0), "one timer a move, each move's own"
 
 
 def test_settle_freezes_what_is_alive() -> None:

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from backstep import protocol
 from backstep.tui.runtime.reader import Reader
 from backstep.tui.state import model as model_module
 from backstep.tui.state import records
 from backstep.tui.state.model import SessionModel
 from backstep.tui.state.node_record import saved_infos
 from backstep.tui.state.records import summaries_of
+from tests.line_channel import Lines
 from tests.tui_fixtures import chain_pass, summary
 
 NODES = 300
@@ -87,23 +87,6 @@ def test_a_duplicate_node_event_is_ignored_before_any_snapshot() -> None:
     model.apply(node_event(2))
     view = model.snapshot().pass_
     assert view is not None and view.executed() == [1, 2]
-
-
-class Lines:
-    """A channel's reading side over fixed lines (``Channel.receive``, ``parse``, ``last_line``)."""
-
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        self.lines = [json.dumps(e).encode() + b"\n" for e in events]
-        self.last_line = b""
-
-    def parse(self, line: bytes) -> Any:
-        return protocol.decode(line)
-
-    def receive(self) -> dict[str, Any] | None:
-        if not self.lines:
-            return None
-        self.last_line = self.lines.pop(0)
-        return self.parse(self.last_line)
 
 
 def read(events: list[dict[str, Any]]) -> Reader:

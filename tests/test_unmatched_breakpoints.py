@@ -11,7 +11,7 @@ from backstep.engine.controller import Controller
 from backstep.engine.recorder import ListRecorder
 from backstep.events.spec import check
 from backstep.events.unmatched import nearest, said, unmatched
-from tests.test_engine_fidelity import captured
+from tests.engine_fixtures import captured
 
 NODES = [("NativeLayerNormBackward0", "model.transformer.h.1.ln_1", None),
          ("AddmmBackward0", "model.transformer.h.1.attn.c_attn", None),

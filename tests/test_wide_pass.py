@@ -124,3 +124,65 @@ def test_a_real_pass_is_far_from_the_limit() -> None:
     limits.check("t", 1, b'{"id":1},' * 40_000, 0, 10)  # under the floor: read, however small
     with pytest.raises(limits.PassTooBig, match="more than 8 times its size"):
         limits.check("t", 1, b'{"id":1},' * 60_000, 0, 540_000)
+
+
+# ``backstep show`` over a trace whose second pass is the wide one: the first is drawn, the
+# second is opened ahead while the person reads and reached with ]. Run in the pilot, in a
+# child under the same memory limit (the app in-process, so the screen can be read)
+SHOW_SECOND = """\
+import asyncio, json, resource, sys
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from backstep.traces.index import TraceIndex
+from backstep.tui.app import BackstepApp
+from backstep.tui.panels.console import ConsolePanel
+from backstep.tui.runtime.replay_driver import ReplayDriver
+from tests.tui_pilot import screen_text
+
+async def main():
+    with TraceIndex(sys.argv[1]) as index:
+        app = BackstepApp(ReplayDriver(index))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause(1.0)  # indexed, and the next pass opened ahead
+            await pilot.press("right_square_bracket")
+            await pilot.pause(0.5)
+            second = {"status": str(app.query_one("#status").render()),
+                      "console": app.query_one(ConsolePanel).text, "screen": screen_text(app)}
+            await pilot.press("left_square_bracket")
+            await pilot.pause(0.3)
+            second["back"] = str(app.query_one("#status").render())
+        print(json.dumps(second))
+
+asyncio.run(main())
+"""
+
+
+def write_wide_second(path: Path, nodes: int) -> None:
+    """Two passes: the first of three nodes, the second as ``write_wide``'s one pass."""
+    write_wide(path, nodes)
+    wide = path.read_bytes().split(b"\n", 1)
+    first = (b'{"event":"pass_begin","pass":1,"api":"backward","roots":[0],"nodes":['
+             b'{"id":0,"name":"SumBackward0","next":[1,2]},'
+             b'{"id":1,"name":"MulBackward0","next":[],"leaf":null},'
+             b'{"id":2,"name":"MulBackward0","next":[],"leaf":null}]}\n'
+             b'{"event":"pass_end","pass":1,"status":"ok","error":null,"skipped":[]}\n')
+    path.write_bytes(wide[0] + b"\n" + first + wide[1].replace(b'"pass":1', b'"pass":2'))
+
+
+def test_a_wide_later_pass_is_refused_in_show_in_one_line_on_screen(tmp_path: Path) -> None:
+    trace = tmp_path / "second.jsonl"
+    write_wide_second(trace, NODES)
+    limit = 300 * 2**20 + 3 * trace.stat().st_size
+    env = {k: v for k, v in os.environ.items() if k != "BACKSTEP_MAX_PASS_NODES"}
+    done = subprocess.run([sys.executable, "-c", SHOW_SECOND, str(trace), str(limit)],
+                          cwd=Path(__file__).resolve().parent.parent, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    said = f"pass 2 has {NODES + 1:,} nodes in "
+    assert " pass 2/2 " in seen["status"], seen["status"]
+    assert "not read: too many nodes for its size" in seen["status"], seen["status"]
+    (line,) = [line for line in seen["console"].splitlines() if said in line]  # said once
+    assert line.startswith("[backstep] ") and "more than 8 times its size" in line
+    assert "Graph · pass 2 · 0 nodes" in seen["screen"]
+    assert " pass 1/2 " in seen["back"] and "end of pass: ok" in seen["back"], seen["back"]

@@ -387,3 +387,16 @@ def panels(snap: Any) -> dict[str, Any]:
                                            stop.grad_outputs, stop.saved),
         "ended": (view.ended, view.status, view.skipped),
     }
+
+
+def graph_basics_at_step_3() -> BackstepApp:
+    """The UI stopped before MulBackward0 (step 3) with graph_basics' narration."""
+    from pathlib import Path
+
+    from backstep.demo import catalog as demos
+    from backstep.demo import narration
+
+    demo = demos.find("graph_basics", Path(__file__).resolve().parent.parent / "demos")
+    assert demo is not None
+    return live_app(RecordingLink(example_events(), stop=3),
+                    narration=narration.load(demo.narration))

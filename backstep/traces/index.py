@@ -362,9 +362,10 @@ class TraceIndex:
             events.append(event)
         return Pass(number, begin, events, end_event)
 
-    def check_size(self, number: int) -> None:
-        """``limits.PassTooBig`` if pass ``number`` has more nodes than its size allows."""
-        lines = self.pass_lines(number)
+    def check_size(self, number: int, nodes: int | None = None) -> None:
+        """``limits.PassTooBig`` if pass ``number`` has more nodes than its size allows (its
+        ``pass_begin``'s and, of its node lines, the first ``nodes``: None, all of them)."""
+        lines = self.pass_lines(number, nodes)
         first = self.passes[number].first
         line = self._bytes.read(first, lines.ends[0]) if len(lines.ends) else None
         limits.check(self.path, number, line, len(lines.nodes), self.passes[number].last - first)

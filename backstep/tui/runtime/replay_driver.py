@@ -88,6 +88,7 @@ class ReplayDriver:
         self.trace_console: TraceConsole | None = None
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._cut_told = False  # the trace was cut while open, and the person told so
+        self._refused_told: set[int] = set()  # passes too big to read, the person told so
         self._output_shown = 0  # output events in the console: those printed before the cursor
         self._ahead: Timer | None = None  # opens the next pass once the person is reading
         self._post_waiting = False  # a move's drawing is queued behind the keys that wait
@@ -179,6 +180,7 @@ class ReplayDriver:
             app.notify(self.replay.index.note() or "", severity="warning", timeout=10,
                        markup=False)
         self._show_output()
+        self._tell_refused()
         if self._ahead is not None:
             self._ahead.stop()
         self._ahead = app.set_timer(AHEAD_AFTER, self._prepare)
@@ -186,6 +188,17 @@ class ReplayDriver:
             if self._tidy is not None:
                 self._tidy.stop()
             self._tidy = app.set_timer(TIDY_AFTER, self._collect)
+
+    def _tell_refused(self) -> None:
+        """A pass too big to read (``traces/limits.py``), reached: said once, in one line."""
+        pos = self.replay.position
+        if pos is None or pos.number in self._refused_told:
+            return
+        refused = self.replay.timeline(pos.number).refused
+        if refused is not None:
+            self._refused_told.add(pos.number)
+            self._note(refused)
+            self._app().notify(refused, severity="warning", timeout=10, markup=False)
 
     def _collect(self) -> None:
         """The person has been reading a while: the collector's work now, not during a key."""
@@ -382,6 +395,8 @@ class ReplayDriver:
                 if stop.detail:
                     text.append(f" ({stop.detail})", style="yellow")
                 text.append(f" {'after' if stop.after else 'before'} {stop.name} #{stop.id}")
+            elif self.replay.timeline(pos.number).refused is not None:
+                text.append("  not read: too many nodes for its size", style="bold red")
             else:
                 status = view.status or "did not finish"
                 text.append(f"  end of pass: {status}",

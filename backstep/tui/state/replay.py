@@ -17,6 +17,7 @@ from typing import Any
 
 from backstep.events.breakpoints import Breakpoints, stopped_event
 from backstep.traces.index import TraceIndex
+from backstep.traces.limits import PassTooBig
 from backstep.traces.passes import KIND_CODE, NODE_CODE
 from backstep.tui.state.carry import Carry, CarryLog
 from backstep.tui.state.graphlayout import layout_of
@@ -44,7 +45,8 @@ class PassTimeline:
 
     Lines are parsed as the cursor reaches them, not all at once: opening a pass parses its
     ``pass_begin`` only, so a pass of thousands of nodes opens at once and holds no more than
-    the model has been shown."""
+    the model has been shown. A ``pass_begin`` listing more nodes than the pass's size allows
+    (``traces/limits.py``) is not parsed: the pass is shown empty, ``refused`` says why."""
 
     def __init__(self, index: TraceIndex, number: int, carried: Carry) -> None:
         self.number = number
@@ -55,8 +57,13 @@ class PassTimeline:
         self.count = place.steps
         self._lines = index.pass_lines(number, 1)
         lines = self._lines
+        self.refused: str | None = None  # why the pass is not read (too many nodes listed)
+        try:
+            index.check_size(number, 1)  # before its pass_begin, the one line parsed whole
+        except PassTooBig as exc:
+            self.refused, self.count = str(exc), 0
         begin: dict[str, Any] = {}
-        if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE:
+        if len(lines.kinds) and lines.kinds[0] == BEGIN_CODE and self.refused is None:
             begin = index.event_at(lines.starts[0], lines.ends[0]) or {}
         self.thread = begin.get("thread")
         self.model = SessionModel()
@@ -72,6 +79,8 @@ class PassTimeline:
         self._end: Snapshot | None = None
         self._pending: dict[str, Any] | None = None  # the node event to apply after its stop
         self._parsed: tuple[int, dict[str, Any]] | None = None  # the last step parsed
+        if self.refused is not None:  # nothing of it is read: its end is its start
+            self._end = self.model.snapshot()
 
     def step(self, k: int) -> dict[str, Any]:
         """The ``node`` event of the ``k``-th node run (0-based), parsed from its line."""
