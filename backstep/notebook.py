@@ -6,6 +6,8 @@ in a kernel.
 
 from __future__ import annotations
 
+import sys
+
 from backstep.process.notebook_cell import in_notebook, show
 
 
@@ -26,7 +28,11 @@ def demo(name: str) -> int:
 
     served = ServedUI(ui_command(["demo", name]), serve_address(None), once=True,
                       title=f"backstep demo {name}")
-    served.start()
+    try:
+        served.start()
+    except RuntimeError as exc:  # no textual-serve: one line, not a traceback
+        print(f"backstep: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         show(served, f"the demo {name!r}", True, one_view=False)
         return served.wait() or 0

@@ -13,8 +13,10 @@ import json
 import os
 import secrets
 import select
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -36,6 +38,18 @@ def serve_address(given: str | None) -> tuple[str, int]:
     text = given or os.environ.get(ENV_SERVE) or ""
     return parse_address(text) if text and text.lower() not in ("1", "yes", "true") \
         else ("127.0.0.1", 0)
+
+
+def missing_serve() -> str:
+    """The one line for a Python without textual-serve: which Python, and what to run (in a
+    notebook, ``%pip`` installs into the kernel's own Python; no restart is needed, as each
+    server is a new process)."""
+    from backstep.process.notebook_cell import in_notebook
+
+    how = ("%pip install 'backstep[serve]'" if in_notebook()
+           else f"{shlex.quote(sys.executable)} -m pip install 'backstep[serve]'")
+    return (f"textual-serve (the UI in a browser) is not installed for this Python "
+            f"({sys.executable}): run {how}")
 
 
 class ServedUI:
@@ -75,8 +89,15 @@ class ServedUI:
                     break
                 line += chunk
         try:
-            self.port = int(json.loads(line)["port"])
-        except (ValueError, KeyError, TypeError):
+            said = json.loads(line)
+        except ValueError:
+            said = None
+        if isinstance(said, dict) and "missing" in said:
+            self.stop()
+            raise RuntimeError(missing_serve())
+        try:
+            self.port = int(said["port"])  # type: ignore[index]
+        except (KeyError, TypeError, ValueError):
             self.stop()
             raise RuntimeError("the browser server did not start (is textual-serve "
                                "installed? pip install 'backstep[serve]')") from None

@@ -68,6 +68,12 @@ class _Attachment:
             self.diagnostician.uninstall()
             self.diagnostician = None
 
+    def elsewhere(self) -> bool:
+        """Whether a new ``attach()`` should replace this one rather than keep it: its UI is
+        shown where the person is no longer looking (a notebook cell other than the one
+        running). Only a served attachment ever is."""
+        return False
+
     def start(self) -> None:
         raise NotImplementedError
 
