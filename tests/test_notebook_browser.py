@@ -160,7 +160,10 @@ def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
         # the cell magic, with a breakpoint: c stops there, c again ends the pass and the cell
         run_cell(client, "%load_ext backstep\nmodel.zero_grad(set_to_none=True)")
         cell = Cell(client, MAGIC)
-        driver.get(cell.next_output("display_data", 120)["metadata"]["backstep"]["url"])
+        shown = cell.next_output("display_data", 120)
+        assert "backstep: %%backstep in the frame above" in shown["data"]["text/html"]
+        assert "interrupt the kernel" in shown["data"]["text/html"]  # a frame left blank
+        driver.get(shown["metadata"]["backstep"]["url"])
         wait_for(driver, lambda s: "before TanhBackward0" in s, 90)
         press(driver, "c")
         assert cell.wait(60)["status"] == "ok", cell.outputs

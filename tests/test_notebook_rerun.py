@@ -8,6 +8,8 @@ Chromium opening the frame's URL as the notebook would.
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,13 @@ from tests.kernel import Cell, kernel, run_cell
 from tests.test_notebook_browser import ATTACHED, SAME, SETUP, gone
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def wait_until(found: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not found():
+        assert time.monotonic() < deadline, "never came"
+        time.sleep(0.25)
 
 
 def frame_url(cell: Cell) -> str:
@@ -62,6 +71,14 @@ def test_attach_from_another_cell_or_the_same_cell_run_again_shows_its_own_frame
         press(driver, "q")
         assert again.wait(60)["status"] == "ok", again.outputs
         assert run_cell(client, SAME).text() == "True\n"
+        # q detached for good: "Reconnect" says there is nothing left, not "refused to connect"
+        assert gone(rerun, 30)
+        button = driver.find_element("css selector", ".closed-dialog button")
+        wait_until(lambda: button.is_displayed(), 30)
+        button.click()
+        message = driver.find_element("css selector", ".closed-dialog .message")
+        wait_until(lambda: "nothing to reconnect to" in message.text, 30)
+        assert driver.current_url == rerun  # no reload onto a refused connection
 
 
 def test_interrupting_the_kernel_at_a_stop_ends_it_in_one_line_and_detaches(
@@ -87,8 +104,6 @@ def test_interrupting_the_kernel_at_a_stop_ends_it_in_one_line_and_detaches(
         assert run_cell(client, SAME).text() == "True\n"
         # any other interrupt shows as IPython shows it (no handler of ours is left)
         cell = Cell(client, "import time\nfor _ in range(600): time.sleep(0.1)")
-        import time
-
         time.sleep(2)
         client.interrupt()
         cell.wait(60)
