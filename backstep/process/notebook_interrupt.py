@@ -19,9 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import backstep
-
-OURS = os.path.dirname(os.path.abspath(backstep.__file__))
+OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # backstep/
 
 
 def _library_dirs() -> tuple[str, ...]:

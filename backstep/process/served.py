@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -133,6 +134,23 @@ class ServedUI:
         except KeyboardInterrupt:
             pass
         self.stop()
+
+    def finish_later(self) -> None:
+        """``finish`` without waiting: the pages open stay for the person to review, and the
+        server ends (and is reaped, on a thread of its own) once the last of them ends, or
+        when this process ends (its stdin reaches end of file)."""
+        process = self.process
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGUSR1)
+        threading.Thread(target=self._reap, args=(process,), name="backstep-served-end",
+                         daemon=True).start()
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        if self.process is process:
+            self.stop()
 
     def stop(self) -> None:
         """End the server and every UI it runs. Idempotent."""

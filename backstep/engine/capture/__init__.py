@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from backstep.engine import graph as graph_ids
 from backstep.engine import naming, sharded
 from backstep.engine.capture.hooks import Hooks, gradient_trip
 from backstep.engine.capture.listings import Listings
@@ -85,6 +86,7 @@ class Capture(Hooks, Output, TensorValues):
     def install(self) -> None:
         if self._original is not None:
             return
+        graph_ids.new_session()
         original = torch.autograd._engine_run_backward
         capture = self
 

@@ -118,10 +118,11 @@ def _in_notebook() -> bool:
 
 
 def detach() -> None:
-    """Disarm: hooks removed, fds restored, the UI closed."""
+    """Disarm: hooks removed, fds restored, the UI closed (a page served to a browser stays
+    open on the session's last state until it is quit or closed)."""
     with registry.lock:
         if registry.current is not None:
-            registry.current.stop()
+            registry.current.release()
 
 
 @contextlib.contextmanager

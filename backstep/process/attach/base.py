@@ -77,5 +77,9 @@ class _Attachment:
     def start(self) -> None:
         raise NotImplementedError
 
+    def release(self) -> None:
+        """``detach()``: disarm; only a served UI's page outlives it (``served.py``)."""
+        self.stop()
+
     def stop(self) -> None:
         raise NotImplementedError

@@ -115,6 +115,18 @@ class _ServedAttachment(_RemoteAttachment):
         if served is not None:
             served.stop()
 
+    def release(self) -> None:
+        """``detach()`` (the end of ``with attached()`` or of a ``%%backstep`` cell): the
+        engine disarms at once and the cell goes on, while the page stays on the session's
+        last state for the person to review, until it is quit or closed (then its server
+        ends). Waiting for that page to quit would hold the cell for seconds."""
+        served, self.served = self.served, None
+        try:
+            self.stop()
+        finally:
+            if served is not None:
+                served.finish_later()
+
     def _abandon(self) -> None:
         self.served = None  # the parent's server: it ends with the parent
         super()._abandon()
