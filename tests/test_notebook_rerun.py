@@ -95,7 +95,7 @@ def test_interrupting_the_kernel_at_a_stop_ends_it_in_one_line_and_detaches(
         errors = [o for o in cell.outputs if o["output_type"] == "error"]
         assert [e["ename"] for e in errors] == ["KeyboardInterrupt"], (reply, cell.outputs)
         (shown,) = errors[0]["traceback"]  # one line: the user's frame, none of ours
-        assert shown.startswith("KeyboardInterrupt at In[") and "loss.backward()" in shown, shown
+        assert shown.startswith("KeyboardInterrupt at In [") and "loss.backward()" in shown, shown
         assert "detached" in shown and "backstep/" not in shown and "torch/" not in shown
         assert "after backward" not in cell.text()
         assert gone(url, 30)  # detached: the server has ended
@@ -140,3 +140,31 @@ def test_without_textual_serve_the_cell_says_what_to_install_in_one_line(
         assert said.count("\n") == 1 and "%pip install 'backstep[serve]'" in said, said
         results = [o for o in cell.outputs if o["output_type"] == "execute_result"]
         assert results and results[0]["data"]["text/plain"] == "2"
+
+
+BEFORE = """loss = loss_fn()
+import backstep
+backstep.attach()
+loss.backward()"""
+
+
+def test_sources_name_the_cell_and_a_graph_built_before_attach_says_why_it_has_none(
+        tmp_path: Path) -> None:
+    with kernel(str(tmp_path)) as client, chromium(1100, 900) as driver:
+        run_cell(client, SETUP)  # In [1]: loss_fn's line is its line 6
+        cell = Cell(client, BEFORE)
+        screen = open_at_first_stop(driver, frame_url(cell))
+        panel = " ".join(row.split("││")[-1].strip("│ ") for row in screen.splitlines())
+        assert ("no source recorded: this graph was built before backstep attached" in
+                " ".join(panel.split())), screen
+        assert "%%backstep" in screen
+        press(driver, "q")
+        assert cell.wait(60)["status"] == "ok", cell.outputs
+        # attached before the forward: sources, and a cell's code goes by the cell's name
+        run_cell(client, "model.zero_grad(set_to_none=True)")
+        cell = Cell(client, ATTACHED)
+        screen = open_at_first_stop(driver, frame_url(cell))
+        assert "Source · In [1]:6" in screen and "return (model(x) ** 2).mean()" in screen
+        assert "built before" not in screen and ".py:6" not in screen
+        press(driver, "q")
+        assert cell.wait(60)["status"] == "ok", cell.outputs

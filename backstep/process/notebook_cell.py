@@ -50,6 +50,22 @@ def current_cell() -> int | None:
     return None if shell is None else getattr(shell, "execution_count", None)
 
 
+def cell_name(filename: str) -> str | None:
+    """``In [3]`` for the code of a cell (IPython compiles it under a hashed file name), None
+    for any other file."""
+    try:
+        from IPython import get_ipython
+
+        named = get_ipython().compile.format_code_name(filename)
+    except Exception:  # noqa: BLE001 - no kernel, an IPython without it: no name
+        return None
+    if not named:
+        return None
+    label = str(named[1])
+    number = label[3:-1] if label.startswith("In[") and label.endswith("]") else None
+    return f"In [{number}]" if number is not None and number.isdigit() else label
+
+
 def in_colab() -> bool:
     """Whether this kernel is Colab's, whose browser cannot reach the kernel's ports."""
     return "google.colab" in sys.modules

@@ -19,6 +19,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from backstep.process.notebook_cell import cell_name
+
 OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # backstep/
 
 
@@ -28,15 +30,6 @@ def _library_dirs() -> tuple[str, ...]:
     if torch is not None and getattr(torch, "__file__", None):
         dirs.append(os.path.dirname(os.path.abspath(torch.__file__)))
     return tuple(d + os.sep for d in dirs)
-
-
-def cell_name(shell: Any, filename: str) -> str:
-    """``In [3]`` for a cell's code (IPython names its file by a hash), else the file."""
-    try:
-        named = shell.compile.format_code_name(filename)
-    except Exception:  # noqa: BLE001 - an IPython without it: the file's own name
-        named = None
-    return named[1] if named else filename
 
 
 def user_frame(shell: Any, tb: Any) -> str:
@@ -52,7 +45,7 @@ def user_frame(shell: Any, tb: Any) -> str:
         return "backward()"
     filename, lineno = found
     text = linecache.getline(filename, lineno).strip()
-    return f"{cell_name(shell, filename)}, line {lineno}" + (f": {text}" if text else "")
+    return f"{cell_name(filename) or filename}, line {lineno}" + (f": {text}" if text else "")
 
 
 class InterruptAtStop:

@@ -38,7 +38,7 @@ from backstep.engine.capture.values import TensorValues
 from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
 from backstep.engine.encoded import Encoded, compact_json
-from backstep.engine.graph import Graph, display_name, gradient_edge
+from backstep.engine.graph import MODULE_KEY, SOURCE_KEY, Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.torch_api import compile_tracing
@@ -77,6 +77,9 @@ class Capture(Hooks, Output, TensorValues):
         self._released_queue: list[dict[str, Any]] = []
         # provenance's annotate(roots): completes source/module tags before they are read
         self.annotate: Any = None
+        # (thread, autograd sequence number) where provenance started (Provenance.since): a
+        # root made on that thread before that number was made before anything was recorded
+        self.tagged_since: tuple[int, int] | None = None
         self.listings = Listings()  # pass_begin's listing, reused while the shape repeats
         self.regions = Regions()  # torch.compile's regions, read from its own compile log
         if controller is not None:
@@ -267,6 +270,7 @@ class Capture(Hooks, Output, TensorValues):
             **p.options,
             "roots": [graph.ids[i] for i in p.options["roots"]],
             "thread": threading.current_thread().name,
+            **({"before_provenance": True} if self._built_before(p) else {}),
         })
         try:  # the node list is written from its parts' texts; "nodes" comes last
             event.text = f'{compact_json(event)[:-1]},{listing_text}}}\n'
@@ -276,6 +280,22 @@ class Capture(Hooks, Output, TensorValues):
         self._emit(event)
         for region in self.regions.events(p.number, graph, p.leaf_names):
             self._emit(region)
+
+    def _built_before(self, p: Pass) -> bool:
+        """Whether the pass's graph was built before provenance started (``attach()`` after
+        the forward, the way a notebook invites): its roots carry no source and were made
+        before provenance's mark on this thread. Then "no source recorded" is no mystery."""
+        since = self.tagged_since
+        if since is None or self.annotate is None or p.thread != since[0]:
+            return False
+        graph = p.graph
+        roots = [graph.nodes[i] for i in p.options["roots"] if graph.names[i] != _ACCUMULATE]
+        try:
+            return bool(roots) and all(
+                root.metadata.get(SOURCE_KEY) is None and root.metadata.get(MODULE_KEY) is None
+                and root._sequence_nr() < since[1] for root in roots)
+        except Exception:  # noqa: BLE001 - informative only: say nothing
+            return False
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

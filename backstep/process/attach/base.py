@@ -37,6 +37,7 @@ class _Attachment:
             self.provenance = Provenance()
             self.provenance.install()
             self.capture.annotate = annotate
+            self.capture.tagged_since = self.provenance.since
         self.active = True
 
     def _after_fork(self) -> None:

@@ -69,6 +69,11 @@ class _ServedAttachment(_RemoteAttachment):
             self.interrupt = InterruptAtStop(get_ipython(), lambda: controller.interrupted,
                                              self.detach_after_interrupt)
             self.interrupt.install()
+            from backstep.engine.provenance import frames
+            from backstep.process.notebook_cell import cell_name
+
+            frames.forget_code()  # classified before: named anew, cells as In [N]
+            frames.file_names = cell_name
         threading.Thread(target=self._watch, args=(self.server,), name="backstep-served",
                          daemon=True).start()
 
@@ -110,6 +115,9 @@ class _ServedAttachment(_RemoteAttachment):
         interrupt, self.interrupt = self.interrupt, None
         if interrupt is not None:
             interrupt.uninstall()
+            from backstep.engine.provenance import frames
+
+            frames.file_names = None
         super().stop()  # the UI reads the end of the script's stream, then its page ends
         served, self.served = self.served, None
         if served is not None:

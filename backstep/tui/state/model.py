@@ -175,6 +175,7 @@ class SessionModel:
             graph=Graph.build(ev.get("nodes"), ev.get("roots")),
             log=PassLog(),
             thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
+            before_provenance=ev.get("before_provenance") is True,
         )
         self._views[view.number] = view
         snap = replace(self._snap, passes=max(self._snap.passes, view.number), running=True)

@@ -46,6 +46,7 @@ class PassView:
     skipped: frozenset[int] = frozenset()
     thread: str | None = None  # the thread that called backward
     edits: tuple[str, ...] = ()  # gradient edits the person made in this pass (``edit`` events)
+    before_provenance: bool = False  # its graph was built before backstep attached: no sources
 
     def record(self, node_id: int) -> NodeRecord | None:
         """The node's record if it ran by this moment."""
