@@ -23,8 +23,8 @@ KEY = "(the URL is the key to this process: share it with no one)"
 COLAB = ("in Colab the browser cannot reach this kernel's ports, so the UI cannot be served "
          "here: record with backstep.attach(trace='run.jsonl') and open the file with "
          "`backstep show run.jsonl` on your machine")
-ONE_VIEW = ("(if the frame stays blank; one view at a time). A frame that stays blank: "
-            "interrupt the kernel (the stop button) to give up")
+ONE_VIEW = ("(if the frame stays blank, or interrupt the kernel to give up; one view at a "
+            "time)")
 
 
 def in_notebook() -> bool:

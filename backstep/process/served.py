@@ -152,6 +152,17 @@ class ServedUI:
         if self.process is process:
             self.stop()
 
+    def end_later(self) -> None:
+        """``stop`` on a thread of its own: the server is told to end now (its stdin closes),
+        and whoever asked goes on without waiting the seconds its pages take to quit."""
+        process = self.process
+        if process is None:
+            return
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        threading.Thread(target=self.stop, name="backstep-served-end", daemon=True).start()
+
     def stop(self) -> None:
         """End the server and every UI it runs. Idempotent."""
         process, self.process = self.process, None

@@ -59,6 +59,11 @@ class _ServedAttachment(_RemoteAttachment):
         self.interrupt: Any = None  # notebook_interrupt.InterruptAtStop, while armed
 
     def start(self) -> None:
+        if self.notebook:  # before provenance installs: a cell's code goes by In [N]
+            from backstep.engine.provenance import frames
+            from backstep.process.notebook_cell import cell_name
+
+            frames.file_names = cell_name
         super().start()  # returns once the page has attached
         controller = self.capture.controller if self.capture is not None else None
         if self.notebook and controller is not None:
@@ -69,11 +74,6 @@ class _ServedAttachment(_RemoteAttachment):
             self.interrupt = InterruptAtStop(get_ipython(), lambda: controller.interrupted,
                                              self.detach_after_interrupt)
             self.interrupt.install()
-            from backstep.engine.provenance import frames
-            from backstep.process.notebook_cell import cell_name
-
-            frames.forget_code()  # classified before: named anew, cells as In [N]
-            frames.file_names = cell_name
         threading.Thread(target=self._watch, args=(self.server,), name="backstep-served",
                          daemon=True).start()
 
@@ -115,13 +115,14 @@ class _ServedAttachment(_RemoteAttachment):
         interrupt, self.interrupt = self.interrupt, None
         if interrupt is not None:
             interrupt.uninstall()
+        if self.notebook:
             from backstep.engine.provenance import frames
 
             frames.file_names = None
         super().stop()  # the UI reads the end of the script's stream, then its page ends
         served, self.served = self.served, None
         if served is not None:
-            served.stop()
+            served.end_later()  # the cell goes on meanwhile (a page takes seconds to quit)
 
     def release(self) -> None:
         """``detach()`` (the end of ``with attached()`` or of a ``%%backstep`` cell): the
