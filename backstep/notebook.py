@@ -6,6 +6,8 @@ in a kernel.
 
 from __future__ import annotations
 
+import sys
+
 from backstep.process.notebook_cell import in_notebook, show
 
 
@@ -26,7 +28,11 @@ def demo(name: str) -> int:
 
     served = ServedUI(ui_command(["demo", name]), serve_address(None), once=True,
                       title=f"backstep demo {name}")
-    served.start()
+    try:
+        served.start()
+    except RuntimeError as exc:  # no textual-serve: one line, not a traceback
+        print(f"backstep: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         show(served, f"the demo {name!r}", True, one_view=False)
         return served.wait() or 0
@@ -42,7 +48,7 @@ def cell_magic(line: str, cell: str) -> None:
 
     from IPython import get_ipython
 
-    from backstep.process.attach.attachment import attached
+    from backstep.process.attach.attachment import attach, detach
 
     parser = argparse.ArgumentParser(prog="%%backstep", add_help=False, exit_on_error=False)
     parser.add_argument("--break", dest="breakpoints", action="append", default=[])
@@ -54,5 +60,14 @@ def cell_magic(line: str, cell: str) -> None:
     except (argparse.ArgumentError, ValueError) as exc:
         raise ValueError(f"%%backstep: {exc} (it takes --break SPEC and --no-stop-at-start)"
                          ) from None
-    with attached(breakpoints=args.breakpoints, stop_at_pass_start=not args.no_stop_at_start):
+    from backstep.process.attach import served
+
+    served.CAPTION = "%%backstep"  # what the frame's caption says it shows
+    try:
+        attach(breakpoints=args.breakpoints, stop_at_pass_start=not args.no_stop_at_start)
+    finally:
+        served.CAPTION = "backstep.attach()"
+    try:
         get_ipython().run_cell(cell)
+    finally:
+        detach()

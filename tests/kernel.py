@@ -72,11 +72,16 @@ class Cell:
 
 
 @contextlib.contextmanager
-def kernel(cwd: str) -> Iterator[Any]:
-    """A fresh python3 kernel (this interpreter's ipykernel) in ``cwd``, shut down after."""
+def kernel(cwd: str, env: dict[str, str] | None = None) -> Iterator[Any]:
+    """A fresh python3 kernel (this interpreter's ipykernel) in ``cwd``, shut down after;
+    ``env``: variables to add to its environment."""
+    import os
+
     from jupyter_client.manager import start_new_kernel
 
-    manager, client = start_new_kernel(kernel_name="python3", cwd=cwd, startup_timeout=120)
+    extra = {} if env is None else {"env": {**os.environ, **env}}
+    manager, client = start_new_kernel(kernel_name="python3", cwd=cwd, startup_timeout=120,
+                                       **extra)
     client.interrupt = manager.interrupt_kernel  # as the front end's stop button does
     try:
         yield client

@@ -14,9 +14,6 @@ import http.server
 import os
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,30 +22,12 @@ import pytest
 import backstep
 from tests.browser import chromium, press, step_of, wait_for
 from tests.kernel import Cell, kernel, run_cell
+from tests.notebook_cells import ATTACHED, SAME, SETUP, gone
 
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = os.environ.get("BACKSTEP_SCREENSHOT")  # where to keep the README's picture
-
-SETUP = """
-import torch
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-x = torch.randn(16, 4)
-def loss_fn():
-    return (model(x) ** 2).mean()
-loss_fn().backward()
-reference = [p.grad.clone() for p in model.parameters()]
-model.zero_grad(set_to_none=True)
-"""
-
-ATTACHED = """import backstep
-backstep.attach()
-print("hello from the cell")
-loss = loss_fn()
-loss.backward()
-print("after backward")"""
 
 WITH_BLOCK = """with backstep.attached():
     loss_fn().backward()
@@ -58,7 +37,6 @@ MAGIC = """%%backstep --break TanhBackward0 --no-stop-at-start
 loss_fn().backward()
 print("magic done")"""
 
-SAME = "print(all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), reference)))"
 
 
 @contextlib.contextmanager
@@ -92,19 +70,6 @@ def notebook_page(code: str, output_html: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def gone(url: str, timeout: float) -> bool:
-    """Whether the server at ``url`` stops answering within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=5).close()
-        except OSError as exc:
-            if not isinstance(exc, urllib.error.HTTPError):
-                return True
-        time.sleep(0.25)
-    return False
 
 
 def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
@@ -155,12 +120,21 @@ def test_attach_in_a_notebook_steps_in_the_browser(tmp_path: Path) -> None:
         press(driver, "c")
         assert cell.wait(60)["status"] == "ok", cell.outputs
         assert cell.text() == "block done\n"
-        assert gone(shown["metadata"]["backstep"]["url"], 30)
+        # the cell did not wait for the page: it stays on the pass's last state, to review
+        url = shown["metadata"]["backstep"]["url"]
+        assert not gone(url, 1)
+        press(driver, "p")
+        wait_for(driver, lambda s: s.splitlines()[-1].lstrip().startswith("review"), 30)
+        press(driver, "q")  # and q ends it, its server with it
+        assert gone(url, 30)
         assert run_cell(client, SAME).text() == "True\n"
         # the cell magic, with a breakpoint: c stops there, c again ends the pass and the cell
         run_cell(client, "%load_ext backstep\nmodel.zero_grad(set_to_none=True)")
         cell = Cell(client, MAGIC)
-        driver.get(cell.next_output("display_data", 120)["metadata"]["backstep"]["url"])
+        shown = cell.next_output("display_data", 120)
+        assert "backstep: %%backstep in the frame above" in shown["data"]["text/html"]
+        assert "interrupt the kernel" in shown["data"]["text/html"]  # a frame left blank
+        driver.get(shown["metadata"]["backstep"]["url"])
         wait_for(driver, lambda s: "before TanhBackward0" in s, 90)
         press(driver, "c")
         assert cell.wait(60)["status"] == "ok", cell.outputs

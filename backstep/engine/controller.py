@@ -69,6 +69,8 @@ class Controller:
         self.detached = False
         # the UI quit (q) while no pass was stopped: the running pass ends at its next hook
         self.aborting = False
+        # a KeyboardInterrupt reached a paused thread: the attachment detaches (``served``)
+        self.interrupted = False
         # guards the line; events about it are emitted under it, and an emit may feed a command
         # back on the same thread (tests answer stops that way), hence reentrant
         self._lock = threading.RLock()
@@ -203,20 +205,25 @@ class Controller:
             if len(self._line) == 1:
                 self.emit(stopped)
             self._announce_line()
-        while True:
-            message = stop.commands.get()
-            cmd = message["cmd"]
-            if cmd == "__closed__":
-                return "detach"
-            if cmd == "tensor":
-                self.emit(self._tensor(message))
-                continue
-            if cmd == "eval":
-                self.emit(self._evaluate(console, message))
-                continue
-            if cmd == "abort":
-                raise BackstepAbort("backward pass aborted from the backstep debugger")
-            return cmd
+        try:
+            while True:
+                message = stop.commands.get()
+                cmd = message["cmd"]
+                if cmd == "__closed__":
+                    return "detach"
+                if cmd == "tensor":
+                    self.emit(self._tensor(message))
+                    continue
+                if cmd == "eval":
+                    self.emit(self._evaluate(console, message))
+                    continue
+                if cmd == "abort":
+                    raise BackstepAbort("backward pass aborted from the backstep debugger")
+                return cmd
+        except KeyboardInterrupt:  # a notebook's interrupt (or ctrl-c) at the stop: it ends
+            self.interrupted = True  # the session with it, the way the script's author asked
+            self.close()
+            raise
 
     def _evaluate(self, console: Any, message: dict[str, Any]) -> dict[str, Any]:
         """Run one console line on this (the paused) thread; ``cancel`` interrupts it."""

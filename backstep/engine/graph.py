@@ -13,10 +13,27 @@ import torch
 
 from backstep.events.text import compact_json, str_text
 
-ID_KEY = "backstep.id"
+ID_KEY = "backstep.id"  # this session's key: a later session (attach() again) has its own
 SOURCE_KEY = "backstep.source"
 MODULE_KEY = "backstep.module"
 _ids = itertools.count(1)
+_sessions = 0
+
+
+def new_session() -> None:
+    """A new capture is armed (``attach()`` again, in a notebook): its node ids count from 1,
+    as its passes do. A node still alive from an earlier session (a retained graph) holds its
+    old id under the old key, so it gets a fresh one here and no two nodes share an id."""
+    global ID_KEY, _ids, _sessions
+    _sessions += 1
+    if _sessions > 1:
+        ID_KEY = f"backstep.id.{_sessions}"
+        _ids = itertools.count(1)
+
+
+def id_in(metadata: Any) -> int | None:
+    """The id this session gave the node whose ``metadata`` this is, if any."""
+    return metadata.get(ID_KEY)
 
 
 def node_id(node: Any) -> int:

@@ -220,6 +220,8 @@ EVENTS: dict[str, Event] = {
                              "retain_graph=True (jacobian, hessian), when the caller's did not",
                              default=None),
         "thread": F(STR_OR_NULL, "the thread it runs on"),
+        "before_provenance": F(BOOL_OR_NULL, "true when its graph was built before backstep "
+                               "attached (no forward line can be recovered)", default=None),
         "leaves": F(list_of(INT, "list of ids or null"), "the leaves' ids in model order (as "
                     "named_parameters() lists them, unnamed leaves last); absent without leaves",
                     default=None),

@@ -23,7 +23,8 @@ KEY = "(the URL is the key to this process: share it with no one)"
 COLAB = ("in Colab the browser cannot reach this kernel's ports, so the UI cannot be served "
          "here: record with backstep.attach(trace='run.jsonl') and open the file with "
          "`backstep show run.jsonl` on your machine")
-ONE_VIEW = "(if the frame stays blank; one view at a time)"
+ONE_VIEW = ("(if the frame stays blank, or interrupt the kernel to give up; one view at a "
+            "time)")
 
 
 def in_notebook() -> bool:
@@ -36,6 +37,33 @@ def in_notebook() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def current_cell() -> int | None:
+    """The execution count of the cell running now (a cell run again gets a new one); None
+    outside a kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else getattr(shell, "execution_count", None)
+
+
+def cell_name(filename: str) -> str | None:
+    """``In [3]`` for the code of a cell (IPython compiles it under a hashed file name), None
+    for any other file."""
+    try:
+        from IPython import get_ipython
+
+        named = get_ipython().compile.format_code_name(filename)
+    except Exception:  # noqa: BLE001 - no kernel, an IPython without it: no name
+        return None
+    if not named:
+        return None
+    label = str(named[1])
+    number = label[3:-1] if label.startswith("In[") and label.endswith("]") else None
+    return f"In [{number}]" if number is not None and number.isdigit() else label
 
 
 def in_colab() -> bool:

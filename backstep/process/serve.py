@@ -8,7 +8,8 @@ anything else, the websocket included, with 403 before any handler (or app proce
 The token compares in constant time. The page is our copy of textual-serve's with relative
 URLs, so it works unchanged behind a proxy (jupyter-server-proxy, an SSH tunnel).
 
-The process prints one JSON line on stdout once it listens (``{"port": N, "path": "/T/"}``)
+The process prints one JSON line on stdout once it listens (``{"port": N, "path": "/T/"}``),
+or ``{"missing": MODULE}`` when textual-serve cannot be imported,
 and ends on SIGTERM, when its stdin reaches end of file (whoever started it is gone), or with
 ``--once`` (or after SIGUSR1) when the last browser session ends. The token comes in BACKSTEP_SERVE_TOKEN, out
 of sight of ``ps``.
@@ -286,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(token) < 16:
         print(f"backstep serve: {ENV_TOKEN} is not set", file=sys.stderr)
         return 2
+    try:
+        import aiohttp_jinja2  # noqa: F401 - what textual-serve needs, before we listen
+        import textual_serve.server  # noqa: F401
+    except ImportError as exc:  # the parent says it in one line (``served.MISSING``)
+        print(json.dumps({"missing": exc.name or str(exc)}), flush=True)
+        return 3
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.create_server((args.host, args.port), family=family)

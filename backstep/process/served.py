@@ -13,8 +13,11 @@ import json
 import os
 import secrets
 import select
+import shlex
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -36,6 +39,18 @@ def serve_address(given: str | None) -> tuple[str, int]:
     text = given or os.environ.get(ENV_SERVE) or ""
     return parse_address(text) if text and text.lower() not in ("1", "yes", "true") \
         else ("127.0.0.1", 0)
+
+
+def missing_serve() -> str:
+    """The one line for a Python without textual-serve: which Python, and what to run (in a
+    notebook, ``%pip`` installs into the kernel's own Python; no restart is needed, as each
+    server is a new process)."""
+    from backstep.process.notebook_cell import in_notebook
+
+    how = ("%pip install 'backstep[serve]'" if in_notebook()
+           else f"{shlex.quote(sys.executable)} -m pip install 'backstep[serve]'")
+    return (f"textual-serve (the UI in a browser) is not installed for this Python "
+            f"({sys.executable}): run {how}")
 
 
 class ServedUI:
@@ -75,8 +90,15 @@ class ServedUI:
                     break
                 line += chunk
         try:
-            self.port = int(json.loads(line)["port"])
-        except (ValueError, KeyError, TypeError):
+            said = json.loads(line)
+        except ValueError:
+            said = None
+        if isinstance(said, dict) and "missing" in said:
+            self.stop()
+            raise RuntimeError(missing_serve())
+        try:
+            self.port = int(said["port"])  # type: ignore[index]
+        except (KeyError, TypeError, ValueError):
             self.stop()
             raise RuntimeError("the browser server did not start (is textual-serve "
                                "installed? pip install 'backstep[serve]')") from None
@@ -112,6 +134,34 @@ class ServedUI:
         except KeyboardInterrupt:
             pass
         self.stop()
+
+    def finish_later(self) -> None:
+        """``finish`` without waiting: the pages open stay for the person to review, and the
+        server ends (and is reaped, on a thread of its own) once the last of them ends, or
+        when this process ends (its stdin reaches end of file)."""
+        process = self.process
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGUSR1)
+        threading.Thread(target=self._reap, args=(process,), name="backstep-served-end",
+                         daemon=True).start()
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        if self.process is process:
+            self.stop()
+
+    def end_later(self) -> None:
+        """``stop`` on a thread of its own: the server is told to end now (its stdin closes),
+        and whoever asked goes on without waiting the seconds its pages take to quit."""
+        process = self.process
+        if process is None:
+            return
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        threading.Thread(target=self.stop, name="backstep-served-end", daemon=True).start()
 
     def stop(self) -> None:
         """End the server and every UI it runs. Idempotent."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from backstep.engine import graph as graph_ids
 from backstep.engine import naming, sharded
 from backstep.engine.capture.hooks import Hooks, gradient_trip
 from backstep.engine.capture.listings import Listings
@@ -39,7 +40,7 @@ from backstep.engine.capture.passes import (
 from backstep.engine.capture.values import TensorValues
 from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
-from backstep.engine.graph import Graph, display_name, gradient_edge
+from backstep.engine.graph import MODULE_KEY, SOURCE_KEY, Graph, display_name, gradient_edge
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.torch_api import compile_tracing
@@ -113,6 +114,9 @@ class Capture(Hooks, Output, TensorValues):
         self._released_queue: list[dict[str, Any]] = []
         # provenance's annotate(roots): completes source/module tags before they are read
         self.annotate: Any = None
+        # (thread, autograd sequence number) where provenance started (Provenance.since): a
+        # root made on that thread before that number was made before anything was recorded
+        self.tagged_since: tuple[int, int] | None = None
         self.listings = Listings()  # pass_begin's listing, reused while the shape repeats
         self.regions = Regions()  # torch.compile's regions, read from its own compile log
         self.kept = KeptGraphs()  # earlier passes' graphs still alive (capture/memory.py)
@@ -123,6 +127,7 @@ class Capture(Hooks, Output, TensorValues):
     def install(self) -> None:
         if self._original is not None:
             return
+        graph_ids.new_session()
         original = torch.autograd._engine_run_backward
         capture = self
 
@@ -316,6 +321,7 @@ class Capture(Hooks, Output, TensorValues):
             **p.options,
             "roots": [graph.ids[i] for i in p.options["roots"]],
             "thread": threading.current_thread().name,
+            **({"before_provenance": True} if self._built_before(p) else {}),
         })
         if p.leaf_order:
             event["leaves"] = p.leaf_order
@@ -336,6 +342,22 @@ class Capture(Hooks, Output, TensorValues):
         except Exception:  # noqa: BLE001 - informative only: never break a pass
             return
         self._emit(event)
+
+    def _built_before(self, p: Pass) -> bool:
+        """Whether the pass's graph was built before provenance started (``attach()`` after
+        the forward, the way a notebook invites): its roots carry no source and were made
+        before provenance's mark on this thread. Then "no source recorded" is no mystery."""
+        since = self.tagged_since
+        if since is None or self.annotate is None or p.thread != since[0]:
+            return False
+        graph = p.graph
+        roots = [graph.nodes[i] for i in p.options["roots"] if graph.names[i] != ACCUMULATE]
+        try:
+            return bool(roots) and all(
+                root.metadata.get(SOURCE_KEY) is None and root.metadata.get(MODULE_KEY) is None
+                and root._sequence_nr() < since[1] for root in roots)
+        except Exception:  # noqa: BLE001 - informative only: say nothing
+            return False
 
     def _annotate(self, p: Pass) -> None:
         if self.annotate is None or p.annotated:

@@ -24,7 +24,6 @@ from backstep.engine.diagnostics.rules import Found, diagnosis, source_key
 
 NON_LEAF_WARNING = "not a leaf Tensor is being accessed"
 _GRAD_READ = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.grad\b")
-_ID_KEY = "backstep.id"
 _SOURCE_KEY = "backstep.source"
 
 
@@ -99,7 +98,9 @@ class WarningHook:
         if grad_fn is not None:
             try:
                 metadata = grad_fn.metadata
-                node_id = metadata.get(_ID_KEY)
+                from backstep.engine.graph import id_in  # torch is loaded: a grad_fn
+
+                node_id = id_in(metadata)
                 made = metadata.get(_SOURCE_KEY)
             except Exception:  # noqa: BLE001
                 pass

@@ -70,6 +70,17 @@ __all__ = [
 _lock = threading.Lock()
 
 
+def _sequence_mark() -> tuple[int, int] | None:
+    """This thread's next autograd sequence number (each node a thread makes takes the next
+    one), read off a throwaway CPU node; None where no node can be made."""
+    try:
+        with torch.enable_grad():
+            node = torch.zeros((), device="cpu", requires_grad=True).neg().grad_fn
+        return (threading.get_ident(), node._sequence_nr() + 1)
+    except Exception:  # noqa: BLE001 - the mark is informative only
+        return None
+
+
 class Provenance:
     """Records provenance for nodes created on the installing thread while installed.
 
@@ -82,6 +93,9 @@ class Provenance:
     def __init__(self, *, saved_versions: bool = True) -> None:
         self.saved_versions = saved_versions
         self.error: str | None = None
+        # (thread, autograd sequence number) when recording started: nodes that thread made
+        # before it have no provenance, and never will (``Capture._built_before``)
+        self.since: tuple[int, int] | None = None
         self._tracker: ModuleTracker | None = None
         self._mode: TaggingMode | None = None
 
@@ -94,6 +108,7 @@ class Provenance:
         with _lock:
             if self._mode is not None:
                 return
+            self.since = _sequence_mark()
             tracker = ModuleTracker()
             mode = TaggingMode(tracker, self.saved_versions)
             try:

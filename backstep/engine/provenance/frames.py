@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import linecache
 import os
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
@@ -33,6 +34,10 @@ _USER_DIRS: tuple[str, ...] = (_BACKSTEP_DIR + "_demos" + os.sep,)
 # id(code object) -> (the code object, its absolute file name or None when the code belongs to
 # torch or backstep).
 _code_files: dict[int, tuple[CodeType, str | None]] = {}
+# What the person calls a file that has no name of its own: in a Jupyter kernel, a cell's code
+# is compiled under a hashed temporary name, which the served attachment maps to ``In [3]``
+# (set by process/attach/served.py, with forget_code; None: every file goes by its path).
+file_names: Callable[[str], str | None] | None = None
 # (absolute file, line) -> {"file", "line", "code"}; shared by every node tagged from that line.
 _sources: dict[tuple[str, int], dict[str, Any]] = {}
 # (id(code object), instruction offset) -> (the code object, its line's source dict). A code's
@@ -58,6 +63,12 @@ def _classify(code: CodeType) -> str | None:
         path = os.path.abspath(name)
     internal = path.startswith(_INTERNAL_DIRS) and not path.startswith(_USER_DIRS)
     result: str | None = None if internal else path
+    named = file_names
+    if result is not None and named is not None:  # once per code object: a cell run again
+        try:  # is new code, under its new number
+            result = named(path) or path
+        except Exception:  # noqa: BLE001 - a name is informative only
+            pass
     _code_files[id(code)] = (code, result)
     return result
 
@@ -87,8 +98,8 @@ def source_dict(frame: FrameType) -> dict[str, Any]:
     line = frame.f_lineno or 0
     key = (path, line)
     found = _sources.get(key)
-    if found is None:
-        code = linecache.getline(path, line).strip() if line else ""
+    if found is None:  # the line's text from the file itself, whatever name it is shown by
+        code = linecache.getline(frame.f_code.co_filename, line).strip() if line else ""
         found = {"file": path, "line": line, "code": code}
         _sources[key] = found
     return found

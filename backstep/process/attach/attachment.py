@@ -39,7 +39,8 @@ def attach(
     serve: str | None = None,
     eager: bool = False,
 ) -> None:
-    """Arm backstep in this process; harmless when it is already armed.
+    """Arm backstep in this process; harmless when it is already armed (in a notebook, from
+    another cell than the one whose frame shows the UI, the UI moves to this cell's output).
 
     ``breakpoints`` take the dict form of ``protocol`` or the command-line form
     (``"MulBackward*"``, ``"module:model.encoder.*"``, ``"nonfinite"``, ``"norm:1e3"``).
@@ -56,7 +57,9 @@ def attach(
         return
     with registry.lock:
         if registry.current is not None and registry.current.active:
-            return
+            if not registry.current.elsewhere():
+                return
+            registry.current.stop()  # its frame is in another cell: the UI moves to this one
         parsed = [parse_breakpoint(b) if isinstance(b, str) else b for b in breakpoints]
         validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
@@ -115,10 +118,11 @@ def _in_notebook() -> bool:
 
 
 def detach() -> None:
-    """Disarm: hooks removed, fds restored, the UI closed."""
+    """Disarm: hooks removed, fds restored, the UI closed (a page served to a browser stays
+    open on the session's last state until it is quit or closed)."""
     with registry.lock:
         if registry.current is not None:
-            registry.current.stop()
+            registry.current.release()
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ class Attachment:
             self.provenance = Provenance()
             self.provenance.install()
             self.capture.annotate = annotate
+            self.capture.tagged_since = self.provenance.since
         self.active = True
 
     def _after_fork(self) -> None:
@@ -68,8 +69,18 @@ class Attachment:
             self.diagnostician.uninstall()
             self.diagnostician = None
 
+    def elsewhere(self) -> bool:
+        """Whether a new ``attach()`` should replace this one rather than keep it: its UI is
+        shown where the person is no longer looking (a notebook cell other than the one
+        running). Only a served attachment ever is."""
+        return False
+
     def start(self) -> None:
         raise NotImplementedError
+
+    def release(self) -> None:
+        """``detach()``: disarm; only a served UI's page outlives it (``served.py``)."""
+        self.stop()
 
     def stop(self) -> None:
         raise NotImplementedError

@@ -16,6 +16,10 @@ from backstep.tui.widgets.titles import set_title
 
 CONTEXT = 4
 NOTHING = ("", 0, None)  # shown: no source recorded
+BUILT_BEFORE = ("", -1, None)  # shown: no source, for the graph was built before attaching
+BEFORE = (": this graph was built before backstep attached, and sources are recorded as the "
+          "forward runs. Attach before the forward (in a notebook, %%backstep on the cell "
+          "that runs it)")
 
 
 def source_lines(file: str) -> list[str]:
@@ -42,18 +46,23 @@ class SourcePanel(Static):
         if compiled is not None and compiled.function is not None:
             self.show_source(compiled.function, "compiled function")
             return
-        self.show_source(focus.info.source if focus.info is not None else None)
+        self.show_source(focus.info.source if focus.info is not None else None,
+                         before=view is not None and view.before_provenance)
 
-    def show_source(self, source: Summary | None, note: str | None = None) -> None:
-        """Any ``{file, line, code}`` (a diagnosis's line); ``note`` says why in the title."""
+    def show_source(self, source: Summary | None, note: str | None = None,
+                    before: bool = False) -> None:
+        """Any ``{file, line, code}`` (a diagnosis's line); ``note`` says why in the title;
+        ``before``: the pass's graph was built before backstep attached (why there is none)."""
         file = source.get("file") if source else None
         line = source.get("line") if source else None
         if not isinstance(file, str) or not isinstance(line, int):
-            if self._shown == NOTHING:
+            shown = BUILT_BEFORE if before and self.source_enabled else NOTHING
+            if self._shown == shown:
                 return
-            self._shown = NOTHING
+            self._shown = shown
             set_title(self, "Source")
             why = "" if self.source_enabled else " (--no-source)"
+            why = BEFORE if shown is BUILT_BEFORE else why
             self.update(Text(f"no source recorded{why}", style="dim italic"), layout=False)
             return
         if self._shown == (file, line, note):

@@ -178,6 +178,7 @@ class SessionModel:
             graph=Graph.build(ev.get("nodes"), ev.get("roots"), ev.get("leaves")),
             log=PassLog(),
             thread=ev.get("thread") if isinstance(ev.get("thread"), str) else None,
+            before_provenance=ev.get("before_provenance") is True,
         )
         outer = self._views.get(view.parent) if view.parent is not None else None
         if outer is not None and any(n.name in CHECKPOINTS for n in outer.graph.nodes.values()):

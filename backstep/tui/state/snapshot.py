@@ -47,6 +47,7 @@ class PassView:
     thread: str | None = None  # the thread that called backward
     edits: tuple[str, ...] = ()  # gradient edits the person made in this pass (``edit`` events)
     recompute: bool = False  # nested in a pass that holds a reentrant checkpoint: its recompute
+    before_provenance: bool = False  # its graph was built before backstep attached: no sources
 
     def record(self, node_id: int) -> NodeRecord | None:
         """The node's record if it ran by this moment."""
