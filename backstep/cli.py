@@ -13,7 +13,7 @@ from typing import Any
 
 from backstep._version import __version__
 
-SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect")
+SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect", "history")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
