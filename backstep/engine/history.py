@@ -29,8 +29,6 @@ import torch
 
 from backstep.engine import naming
 
-ACCUMULATE = "torch::autograd::AccumulateGrad"
-
 
 def encode_floats(values: Iterable[float]) -> str:
     """Base64 of the little-endian float32 array of ``values`` (the history event's form)."""
@@ -60,19 +58,31 @@ def graph_leaves(roots: Iterable[Any]) -> list[Any]:
     """The leaf tensors (AccumulateGrad variables) the graph from ``roots`` reaches, each once,
     in a deterministic order: a light walk over ``next_functions``, no hooks."""
     out: list[Any] = []
-    seen: set[Any] = set()
     stack = [r for r in roots if r is not None]
-    seen.update(stack)
+    seen = set(stack)
+    accumulate = _accumulate_type()
+    add, push = seen.add, stack.append
     while stack:
         fn = stack.pop()
-        if fn.name() == ACCUMULATE:
+        if type(fn) is accumulate:
             out.append(fn.variable)
             continue
         for nxt, _ in fn.next_functions:
             if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
+                add(nxt)
+                push(nxt)
     return out
+
+
+_ACCUMULATE_TYPE: list[Any] = []
+
+
+def _accumulate_type() -> Any:
+    """The class of torch's AccumulateGrad nodes (one ``type() is`` test per node)."""
+    if not _ACCUMULATE_TYPE:
+        leaf = torch.zeros(1, requires_grad=True)
+        _ACCUMULATE_TYPE.append(type(leaf.view(1).grad_fn.next_functions[0][0]))
+    return _ACCUMULATE_TYPE[0]
 
 
 def _roots(t_outputs: Any) -> list[Any]:
@@ -173,9 +183,7 @@ class History:
         for device, items in by_device.items():
             grads = [g for _, g in items]
             norms = torch._foreach_norm(grads, 2)
-            maxes = torch._foreach_norm(grads, math.inf)
-            parts = [torch.stack([t.to(torch.float32) for t in norms]),
-                     torch.stack([t.to(torch.float32) for t in maxes])]
+            parts = [_stack(norms), _abs_max(grads)]
             with_loss = loss_t is not None and loss_t.device == device
             if with_loss:
                 parts.append(loss_t)
@@ -197,6 +205,37 @@ class History:
                     bad.append([position, count])
         return (loss, [f[1] for f in found], [f[2] for f in found], bad,
                 [f[0] for f in found])
+
+
+def _abs_max(grads: list[Any]) -> Any:
+    """Each gradient's max |value| as one float32 tensor on their device. On CPU
+    ``_foreach_norm`` with ord inf runs 4x slower than a plain read: small gradients take the
+    grouped ``abs`` and ``max`` (a copy of a small tensor costs little), large ones one
+    ``aminmax`` each (no copy); elsewhere the grouped kernel."""
+    if grads[0].device.type != "cpu":
+        return _stack(torch._foreach_norm(grads, math.inf))
+    small = [k for k, g in enumerate(grads) if g.numel() <= _SMALL]
+    out = torch.empty(len(grads), dtype=torch.float32)
+    if small:
+        maxes = torch._foreach_max(torch._foreach_abs([grads[k] for k in small]))
+        out[small] = _stack(maxes)
+    large = [k for k, g in enumerate(grads) if g.numel() > _SMALL]
+    if large:
+        pairs = [grads[k].aminmax() for k in large]
+        lows = torch.stack([p.min.to(torch.float32) for p in pairs])
+        highs = torch.stack([p.max.to(torch.float32) for p in pairs])
+        out[large] = torch.maximum(highs, lows.neg())
+    return out
+
+
+def _stack(values: list[Any]) -> Any:
+    """0-dim tensors as one float32 tensor (cast one by one only where the dtypes differ)."""
+    if all(t.dtype == torch.float32 for t in values):
+        return torch.stack(values)
+    return torch.stack([t.to(torch.float32) for t in values])
+
+
+_SMALL = 1 << 16  # elements: a gradient this small is copied for the grouped max
 
 
 def _number(value: float | None) -> float | str | None:
