@@ -85,6 +85,44 @@ def history_bytes(name: str, passes: int = 20) -> tuple[float, int]:
     return sum(len(line) + 1 for line in lines) / len(lines) / leaves, leaves
 
 
+def read_speed(passes: int = 100_000, leaves: int = 150) -> tuple[float, float, int]:
+    """CPU seconds ``backstep history`` takes over a ``passes``-pass, ``leaves``-leaf history
+    (synthetic, written as the engine writes it), wall seconds, and the file's bytes."""
+    import json
+    import random
+    import resource
+    import subprocess
+    import tempfile
+
+    from backstep.engine.history import encode_floats
+
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "run.jsonl")
+        with open(path, "w") as f:
+            f.write('{"event":"session","version":2}\n')
+            names = [f"model.layer{i // 2}.{'weight' if i % 2 == 0 else 'bias'}"
+                     for i in range(leaves)]
+            f.write(json.dumps({"event": "leaves", "first": 0, "names": names,
+                                "modules": [n.rsplit(".", 1)[0] for n in names]},
+                               separators=(",", ":")) + "\n")
+            for n in range(1, passes + 1):
+                values = [rng.random() for _ in range(leaves)]
+                f.write(json.dumps({"event": "history", "n": n, "loss": 1.0 / n,
+                                    "ids": f"0-{leaves - 1}", "norm": encode_floats(values),
+                                    "max": encode_floats(values)},
+                                   separators=(",", ":")) + "\n")
+        size = os.path.getsize(path)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "backstep", "history", path],
+                       stdout=subprocess.DEVNULL, check=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, size
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -102,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         per_leaf, leaves = history_bytes(name)
         print(f"  {name:10s} history        {per_leaf:5.1f} bytes per leaf per pass "
               f"({leaves} leaves; target <= 16)")
+    cpu, wall, size = read_speed()
+    print(f"  backstep history over 100,000 passes x 150 leaves ({size / 1e6:.0f} MB): "
+          f"{cpu:.1f} s CPU, {wall:.1f} s wall")
     return 0
 
 

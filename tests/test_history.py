@@ -190,3 +190,17 @@ def test_history_of_a_bad_file_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     result = _run(tmp_path, "-m", "backstep", "history", str(tmp_path / "missing.jsonl"))
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+
+
+def test_history_command_never_imports_torch(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"event":"session","version":2}\n'
+                     '{"event":"leaves","first":0,"names":["w"],"modules":[null]}\n'
+                     '{"event":"history","n":1,"loss":2.0,"ids":"0","norm":"AACAPw==",'
+                     '"max":"AACAPw=="}\n')
+    code = ("import io, sys\nfrom backstep import cli\nout = sys.stdout\n"
+            "sys.stdout = io.StringIO()\ncode = cli.main(['history', sys.argv[1]])\n"
+            "text = sys.stdout.getvalue()\nsys.stdout = out\n"
+            "print(code, 'torch' in sys.modules, text.splitlines()[1].split())")
+    result = _run(tmp_path, "-c", code, str(trace))
+    assert result.stdout.strip() == "0 False ['1', '2', '1', '0']", result.stderr

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-_HISTORY = b'{"event":"history"'
-_LEAVES = b'{"event":"leaves"'
+_HISTORY = b'"history"'  # looked for in a line's first bytes: no other line is parsed
+_LEAVES = b'"leaves"'
+_HEAD = 24
 _NUMBERS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -98,12 +99,21 @@ def read(stream: IO[bytes], path: str) -> History:
     """Every history line of the trace in ``stream``; HistoryError when it is not a trace.
     A malformed history line is skipped (counted in ``lines`` all the same)."""
     out = History()
+    known: dict[str, list[int]] = {}  # ids text -> numbers: most passes repeat the last's
     for line in read_lines(stream, path):
         out.lines += 1
-        if line.startswith(_HISTORY):
+        head = line[:_HEAD]
+        if _HISTORY in head:
             try:
                 event = json.loads(line)
-                ids = parse_ranges(event.get("ids") or "")
+                if event.get("event") != "history":
+                    continue
+                text = event.get("ids") or ""
+                ids = known.get(text)
+                if ids is None:
+                    if len(known) > 64:
+                        known.clear()
+                    ids = known[text] = parse_ranges(text)
                 norms = decode_floats(event.get("norm") or "")
                 maxes = decode_floats(event.get("max") or "")
                 if len(norms) != len(ids) or len(maxes) != len(ids):
@@ -113,9 +123,11 @@ def read(stream: IO[bytes], path: str) -> History:
                                     maxes, bad))
             except (ValueError, KeyError, TypeError, IndexError):
                 continue
-        elif line.startswith(_LEAVES):
+        elif _LEAVES in head:
             try:
                 event = json.loads(line)
+                if event.get("event") != "leaves":
+                    continue
                 first, names = int(event["first"]), [str(n) for n in event["names"]]
                 modules = event.get("modules") or [None] * len(names)
             except (ValueError, KeyError, TypeError):
@@ -159,11 +171,25 @@ def columns(history: History, leaf_globs: list[str], module_globs: list[str]) ->
 
 
 def norm_of(row: Row, column: Column) -> float | None:
-    """The column's gradient norm in ``row`` (None: none of its leaves had a gradient)."""
-    total, seen = 0.0, False
-    leaves = column.leaves
-    for n, value in zip(row.ids, row.norms, strict=True):
-        if n in leaves:
-            total += value * value
-            seen = True
-    return math.sqrt(total) if seen else None
+    """The column's gradient norm in ``row`` (None: none of its leaves had a gradient): the
+    square root of the sum of its leaves' squared norms, NaN if one is NaN."""
+    key = (id(row.ids), column.title)
+    positions = _POSITIONS.get(key)
+    if positions is None or positions[0] is not row.ids:
+        if len(_POSITIONS) > 4096:
+            _POSITIONS.clear()
+        leaves = column.leaves
+        positions = _POSITIONS[key] = (row.ids, [p for p, n in enumerate(row.ids) if n in leaves])
+    if not positions[1]:
+        return None
+    norms = row.norms
+    values = [norms[p] for p in positions[1]] if len(positions[1]) != len(norms) else norms
+    total = math.hypot(*values)
+    if math.isinf(total) and any(map(math.isnan, values)):
+        return math.nan
+    return total
+
+
+# (id of a row's ids list, column) -> (that list, the column's positions in it); rows that share
+# their leaves share one ids list (``read``), so a column's positions are found once
+_POSITIONS: dict[tuple[int, str], tuple[list[int], list[int]]] = {}
