@@ -48,10 +48,11 @@ def _full(value: float | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from backstep.traces.compressed import open_lines
     from backstep.traces.history_file import HistoryError, columns, norm_of, read
 
     try:
-        with open(args.trace, "rb") as stream:
+        with open_lines(args.trace) as stream:  # a .gz trace streamed
             history = read(stream, args.trace)
     except HistoryError as exc:
         print(f"backstep history: {printable(str(exc))}", file=sys.stderr)

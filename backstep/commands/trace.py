@@ -140,6 +140,10 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"backstep trace: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    from backstep.traces.compressed import GzipTrace, wants_gzip
+
+    if wants_gzip(args.output):  # -o run.jsonl.gz: written compressed
+        stream = GzipTrace(stream)
     from backstep.engine.recorder import JsonlRecorder
     from backstep.engine.runner import run_module, run_script
     from backstep.engine.session import Session, refuse_missing, session_event
@@ -165,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"backstep trace: not recording child {os.getpid()}: cannot write {name}: "
                   f"{exc.strerror or exc}", file=sys.stderr)
             return None
+        if wants_gzip(name):
+            child_stream = GzipTrace(child_stream)
         recorders.append(JsonlRecorder(child_stream))
         return recorders[-1]
 
