@@ -5,10 +5,14 @@ run) gives what it holds."""
 from __future__ import annotations
 
 import gzip
+import json
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from backstep.traces.index import TraceIndex
 
@@ -60,3 +64,36 @@ def test_a_gzip_trace_cut_short_gives_what_it_holds(tmp_path: Path) -> None:
         assert any("compressed file is cut short" in p for p in index.problems)
     shown = _backstep(tmp_path, "history", "cut.jsonl.gz")
     assert shown.returncode == 0 and shown.stdout.splitlines()[1].split()[0] == "1"
+
+
+KILLED = textwrap.dedent("""\
+    import os, signal, sys, torch
+    if len(sys.argv) > 1:
+        import backstep
+        backstep.attach(trace=sys.argv[1], when=["nonfinite"])
+    w = torch.ones(3, requires_grad=True)
+    for step in range(20):
+        (w * w).sum().backward()
+        if step == 10:
+            print("killing", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+    print("never")
+""")
+
+
+@pytest.mark.parametrize("how", ["trace", "attach"])
+def test_sigterm_leaves_a_valid_trace_and_the_same_status(tmp_path: Path, how: str) -> None:
+    (tmp_path / "job.py").write_text(KILLED)
+    plain = subprocess.run([sys.executable, "job.py"], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=300)
+    if how == "trace":
+        run = _backstep(tmp_path, "trace", "-o", "run.jsonl.gz", "job.py")
+    else:
+        run = subprocess.run([sys.executable, "job.py", "run.jsonl.gz"], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=300)
+    assert plain.returncode == -signal.SIGTERM
+    assert (run.returncode, run.stdout) == (plain.returncode, plain.stdout)
+    lines = gzip.decompress((tmp_path / "run.jsonl.gz").read_bytes()).decode().splitlines()
+    events = [json.loads(line) for line in lines]  # every line whole
+    assert events[-1] == {"event": "exit", "code": -15, "traceback": None}
+    assert [e["n"] for e in events if e["event"] == "history"] == list(range(1, 12))

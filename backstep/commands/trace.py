@@ -178,11 +178,20 @@ def main(args: argparse.Namespace) -> int:
 
     session = Session(recorder, source=not args.no_source, on_fork=on_fork, plan=plan)
     # the script's prints go to the trace too (a forked child's to its own file, if any)
+    from backstep.process.on_term import close_on_sigterm
+
+    def on_sigterm() -> None:  # the file stays valid when the job is killed (process/on_term)
+        session.exit(-15, None)
+        if not recorders[-1].abandoned:
+            recorders[-1].close()
+
+    undo_sigterm = close_on_sigterm(on_sigterm)
     with session, recording(lambda event: recorders[-1].emit(event)):
         if args.module is not None:
             code = run_module(args.module, args.args, on_exit=session.exit)
         else:
             code = run_script(args.script, args.args, on_exit=session.exit)
+    undo_sigterm()
     for own in recorders[-1:]:
         if not own.abandoned:
             cut = own.close()
