@@ -13,7 +13,8 @@ from typing import Any
 
 from backstep._version import __version__
 
-SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect", "memory")
+SUBCOMMANDS = ("run", "trace", "demo", "show", "diff", "export", "connect", "memory",
+               "history")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

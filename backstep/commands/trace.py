@@ -27,7 +27,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--children", action="store_true",
                         help="also record forked child processes (DataLoader workers, "
                         "multiprocessing), each to FILE with its pid before the extension")
+    # --every / --when / --after / --trips (engine/planned): which passes are written in full
+    parser.add_argument("--every", default=None, metavar="K",
+                        help="write one pass in K in full (every pass gets its history line)")
+    parser.add_argument("--when", action="append", default=None, metavar="SPEC",
+                        help="write only history until SPEC trips (repeatable; the --break "
+                        "specs: nonfinite, norm:X, node, module:GLOB, leaf:NAME), then that "
+                        "pass from the tripping node on and the next --after passes")
+    parser.add_argument("--after", default="1", metavar="M",
+                        help="passes written in full after a trip (default 1)")
+    parser.add_argument("--trips", default="3", metavar="N",
+                        help="trips written before only history again (default 3)")
     add_script_arguments(parser, main)
+
+
+def trace_plan(args: argparse.Namespace) -> Any:
+    """The ``TracePlan`` the options ask for; ValueError with its one line when bad."""
+    from backstep.engine.plan import TracePlan
+
+    def number(option: str, text: str | None) -> int | None:
+        if text is None:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{option} needs a whole number, not {text!r}") from None
+
+    return TracePlan(number("--every", getattr(args, "every", None)),
+                     getattr(args, "when", None),
+                     number("--after", getattr(args, "after", "1")) or 0,
+                     number("--trips", getattr(args, "trips", "3")) or 0)
 
 
 def child_path(output: str, pid: int) -> str:
@@ -95,6 +124,11 @@ def main(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
+    try:
+        plan = trace_plan(args)
+    except ValueError as exc:  # PlanError too
+        print(f"backstep trace: {exc}", file=sys.stderr)
+        return 2
     chosen = args.output is not None
     args.output = rank_output(args.output)
     refused = overwrites_source(args.output, args.script)
@@ -109,6 +143,10 @@ def main(args: argparse.Namespace) -> int:
     if not chosen:  # the default file: say where it goes, once, off the script's stdout
         print(f"backstep trace: writing {args.output} (-o FILE to choose)", file=sys.stderr,
               flush=True)
+    from backstep.traces.compressed import GzipTrace, wants_gzip
+
+    if wants_gzip(args.output):  # -o run.jsonl.gz: written compressed
+        stream = GzipTrace(stream)
     from backstep.engine.recorder import JsonlRecorder
     from backstep.engine.runner import run_module, run_script
     from backstep.engine.session import Session, refuse_missing, session_event
@@ -134,18 +172,29 @@ def main(args: argparse.Namespace) -> int:
             print(f"backstep trace: not recording child {os.getpid()}: cannot write {name}: "
                   f"{exc.strerror or exc}", file=sys.stderr)
             return None
+        if wants_gzip(name):
+            child_stream = GzipTrace(child_stream)
         recorders.append(JsonlRecorder(child_stream))
         return recorders[-1]
 
     from backstep.traces.output import recording
 
-    session = Session(recorder, source=not args.no_source, on_fork=on_fork)
+    session = Session(recorder, source=not args.no_source, on_fork=on_fork, plan=plan)
     # the script's prints go to the trace too (a forked child's to its own file, if any)
+    from backstep.process.on_term import close_on_sigterm
+
+    def on_sigterm() -> None:  # the file stays valid when the job is killed (process/on_term)
+        session.exit(-15, None)
+        if not recorders[-1].abandoned:
+            recorders[-1].close()
+
+    undo_sigterm = close_on_sigterm(on_sigterm)
     with session, recording(lambda event: recorders[-1].emit(event)):
         if args.module is not None:
             code = run_module(args.module, args.args, on_exit=session.exit)
         else:
             code = run_script(args.script, args.args, on_exit=session.exit)
+    undo_sigterm()
     for own in recorders[-1:]:
         if not own.abandoned:
             cut = own.close()

@@ -103,7 +103,7 @@ class Session:
 
     def __init__(self, sink: Sink, controller: Any = None, *, record: bool = True,
                  source: bool = True,
-                 on_fork: Callable[[], Sink | None] | None = None) -> None:
+                 on_fork: Callable[[], Sink | None] | None = None, plan: Any = None) -> None:
         from backstep.engine.diagnostics import Diagnostician
         from backstep.engine.process_group import GroupNotice
 
@@ -113,6 +113,7 @@ class Session:
         self.record = record
         self.source = source
         self.on_fork = on_fork
+        self.plan = plan  # ``trace --every/--when`` (engine/planned): which passes in full
         self.capture: Any = None
         self.provenance: Any = None
         self.forked = False  # this process is a fork of the one that armed the session
@@ -132,9 +133,14 @@ class Session:
         if problem is not None:
             print(f"{problem} (the script runs without backstep)", file=sys.stderr)
             return
-        from backstep.engine.capture import Capture
+        if self.plan is not None:
+            from backstep.engine.planned import PlannedCapture
 
-        self.capture = Capture(self.sink, self.controller, record=self.record)
+            self.capture = PlannedCapture(self.sink, self.plan)
+        else:
+            from backstep.engine.capture import Capture
+
+            self.capture = Capture(self.sink, self.controller, record=self.record)
         self.capture.install()
         if self.source:
             from backstep.engine.provenance import Provenance, annotate

@@ -318,6 +318,36 @@ EVENTS: dict[str, Event] = {
         "traceback": F(STR_OR_NULL, "the uncaught exception's traceback, or null"),
         "passes": F(INT_OR_NULL, "how many backward passes ran, watched or not", default=None),
     }, BOTH, urgent=True),
+    # -- a whole run in brief (engine/history, engine/planned; traces/history_file reads them)
+    "leaves": Event("leaves seen for the first time, numbered in order from first: history "
+                    "lines refer to them by number", {
+        "first": F(INT, "the number of the first leaf listed"),
+        "names": F(list_of(STR, "list of str or null"), "their names"),
+        "modules": F(list_of(STR_OR_NULL, "list of str (or null) or null"),
+                     "the module each belongs to (its name up to the last dot), or null"),
+    }, frozenset({TRACE}), required=("first", "names")),
+    "history": Event("every pass in brief, after it ran, recorded in full or not (not a "
+                     "pass's line: its number is n)", {
+        "n": F(INT, "the pass's number"),
+        "loss": F(("number, nan, inf, -inf or null", lambda v: NUM_OR_NULL[1](v)
+                   or v in ("nan", "inf", "-inf")), "the root's value when it is one number"),
+        "ids": F(STR, "the leaves with a gradient, by number, as ranges: 0-149 or 0-3,7"),
+        "norm": F(STR, "each listed leaf's gradient 2-norm after the pass: base64 of a "
+                  "little-endian float32 array, one per leaf in ids, in order"),
+        "max": F(STR, "each listed leaf's max |gradient|, encoded as norm is"),
+        "nonfinite": F(list_of(list_of(INT, "[position, count]"), "list of [position, count]"),
+                       "the leaves with NaN/Inf values: [position in ids, how many]",
+                       default=[]),
+    }, frozenset({TRACE}), required=("n",)),
+    "trip": Event("a --when spec tripped: the pass is written in full from this node on", {
+        "n": F(INT, "the pass's number"), "trip": F(INT_OR_NULL, "the trip's number, from 1"),
+        "step": F(INT_OR_NULL, "the node's step"), "id": F(INT_OR_NULL, "the node"),
+        "name": F(STR_OR_NULL, "its name"),
+        "reason": F(STR_OR_NULL, "as a stop's: nonfinite, norm or breakpoint"),
+        "detail": F(STR_OR_NULL, "which spec, in words, as a stop says it"),
+        "tensors": F(STR_OR_NULL, "the torch.save file of the node's tensors (--tensors), "
+                     "or null"),
+    }, frozenset({TRACE}), required=("n",)),
     "stopped": Event("the debuggee paused at a node and waits for a command", {
         "pass": F(INT, "its pass"), "step": F(INT_OR_NULL, "the node's step"),
         "id": F(INT, "the node"), "name": F(STR_OR_NULL, "its name"),

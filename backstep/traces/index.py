@@ -27,7 +27,7 @@ from backstep import safe_text
 from backstep.events.form import expand
 from backstep.events.spec import check
 from backstep.protocol import VERSION
-from backstep.traces import limits
+from backstep.traces import compressed, limits
 from backstep.traces.filebytes import HEAD, FileBytes, not_regular
 from backstep.traces.long_output import output_entry
 from backstep.traces.passes import (
@@ -90,6 +90,10 @@ class TraceIndex:
         except OSError as exc:
             raise TraceError(f"cannot open {self.path}: {exc.strerror or exc}") from None
         try:
+            # a gzip trace (trace -o run.jsonl.gz): read from a decompressed temporary copy
+            self._file, whole = compressed.unpacked(self._file)
+            if not whole:
+                self.problems.append("the compressed file is cut short: what it holds is read")
             size = os.fstat(self._file.fileno()).st_size
             if size == 0:
                 raise TraceError(f"{self.path} is empty: no events were recorded")

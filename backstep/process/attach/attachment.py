@@ -38,6 +38,10 @@ def attach(
     wait: bool = True,
     serve: str | None = None,
     eager: bool = False,
+    every: int | None = None,
+    when: Sequence[str] = (),
+    after: int = 1,
+    trips: int = 3,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed (in a notebook, from
     another cell than the one whose frame shows the UI, the UI moves to this cell's output).
@@ -49,7 +53,9 @@ def attach(
     the UI is served to the browser and shown in the cell; ``serve="[HOST:]PORT"`` (or
     BACKSTEP_SERVE) serves it from anywhere, on that address (default: 127.0.0.1, any port).
     ``eager`` turns torch.compile off from here on (code compiled before is dropped), as
-    ``--eager`` does.
+    ``--eager`` does. With ``trace``, ``every``, ``when``, ``after`` and ``trips`` are
+    ``backstep trace``'s options (docs/trace.md): which passes are written in full, the others
+    in brief (ValueError for a bad one); a ``trace`` name ending in ``.gz`` is written gzip.
     """
     from backstep.process.forks import in_multiprocessing_child
 
@@ -64,10 +70,15 @@ def attach(
         validate_breakpoints(parsed)
         trace = trace or os.environ.get("BACKSTEP_TRACE") or None
         listen = listen or os.environ.get("BACKSTEP_LISTEN") or None
+        plan = None
+        if trace:
+            from backstep.engine.plan import TracePlan
+
+            plan = TracePlan(every, list(when), after, trips)  # PlanError: a ValueError
         if trace:
             from backstep.process.attach.trace import TraceAttachment
 
-            registry.current = TraceAttachment(trace, source)
+            registry.current = TraceAttachment(trace, source, plan)
         elif listen:
             from backstep.process.attach.remote import RemoteAttachment
 

@@ -20,7 +20,7 @@ class Attachment:
         self.diagnostician: Any = None
         self._unfork: Any = None
 
-    def _arm(self, sink: Any, controller: Any, record: bool) -> None:
+    def _arm(self, sink: Any, controller: Any, record: bool, plan: Any = None) -> None:
         from backstep.engine.capture import Capture
         from backstep.engine.diagnostics import Diagnostician
         from backstep.process import forks
@@ -29,7 +29,12 @@ class Attachment:
 
         self.diagnostician = Diagnostician(sink)
         self.diagnostician.install()
-        self.capture = Capture(self.diagnostician, controller, record=record)
+        if plan is not None:  # attach(trace=..., every/when=...): engine/planned
+            from backstep.engine.planned import PlannedCapture
+
+            self.capture = PlannedCapture(self.diagnostician, plan)
+        else:
+            self.capture = Capture(self.diagnostician, controller, record=record)
         self.capture.install()
         if self.source:
             from backstep.engine.provenance import Provenance, annotate

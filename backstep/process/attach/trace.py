@@ -13,9 +13,10 @@ from backstep.process.attach.base import Attachment
 class TraceAttachment(Attachment):
     """No UI: every pass from here on is recorded to a JSON-lines file."""
 
-    def __init__(self, path: str, source: bool) -> None:
+    def __init__(self, path: str, source: bool, plan: Any = None) -> None:
         super().__init__(source)
         self.path = path
+        self.plan = plan  # engine/plan.TracePlan: every/when/after/trips
         self.stream: Any = None
         self.recorder: Any = None
 
@@ -30,10 +31,23 @@ class TraceAttachment(Attachment):
         if inserted:
             ranks.say_inserted("backstep", template, here)
         self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
+        from backstep.traces.compressed import GzipTrace, wants_gzip
+
+        if wants_gzip(self.path):
+            self.stream = GzipTrace(self.stream)
         self.recorder = JsonlRecorder(self.stream)
         self.recorder.emit(session_event(list(sys.argv)))
-        self._arm(self.recorder, None, record=True)
+        self._arm(self.recorder, None, record=True, plan=self.plan)
         atexit.register(self.stop)
+        from backstep.process.on_term import close_on_sigterm
+
+        recorder = self.recorder
+
+        def on_sigterm() -> None:  # the file stays valid when the job is killed
+            recorder.emit({"event": "exit", "code": -15, "traceback": None})
+            recorder.close()
+
+        self._undo_sigterm = close_on_sigterm(on_sigterm)
 
     def _abandon(self) -> None:
         atexit.unregister(self.stop)
@@ -44,6 +58,9 @@ class TraceAttachment(Attachment):
     def stop(self) -> None:
         if self.stream is None:
             return
+        undo = getattr(self, "_undo_sigterm", None)
+        if undo is not None:
+            undo()
         self._disarm()
         cut = self.recorder.close()
         if cut is not None:
