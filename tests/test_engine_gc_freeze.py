@@ -117,6 +117,11 @@ def test_a_pass_on_another_thread_leaves_the_freeze_to_the_pass_that_made_it(
 
 
 def test_objects_the_program_froze_itself_stay_frozen() -> None:
+    """backstep never unfreezes what the program froze: the program's own object stays in the
+    permanent generation (``gc.get_objects()`` leaves those out), and so does the rest of the
+    frozen heap (arming a capture lets go of a few of backstep's own objects: its last
+    session's id counter)."""
+    mine = [["the program's own"]]
     gc.freeze()
     try:
         held = gc.get_freeze_count()
@@ -125,7 +130,8 @@ def test_objects_the_program_froze_itself_stay_frozen() -> None:
             torch.randn(3, requires_grad=True).exp().sum().backward()
         finally:
             capture.uninstall()
-        assert gc.get_freeze_count() == held
+        assert not any(o is mine[0] for o in gc.get_objects())
+        assert held - 64 <= gc.get_freeze_count() <= held
     finally:
         gc.unfreeze()
 

@@ -122,8 +122,8 @@ def test_trace_children_records_each_fork_to_its_own_file(tmp_path: Path) -> Non
     events = [expand(json.loads(line)) for line in children[0].read_text().splitlines()]
     assert events[0]["event"] == "session" and events[0]["pid"] == pid
     assert events[0]["parent"] == main[0]["pid"]
-    assert kinds(events) == ["session", "pass_begin", *["node"] * 4, "accumulate", "pass_end",
-                             "output", "exit"]
+    assert kinds(events) == ["session", "pass_begin", "memory", *["node"] * 4, "accumulate",
+                             "memory_end", "pass_end", "output", "exit"]
     assert events[-2]["text"].startswith("child ")  # its print, in its own file
     assert events[1]["pass"] == 1 and events[-1]["code"] == 0
 
