@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from backstep.engine import naming
+from backstep.engine.sharded import FSDP_POST_BACKWARD
 
 
 def encode_floats(values: Iterable[float]) -> str:
@@ -56,7 +57,9 @@ def ranges(numbers: list[int]) -> str:
 
 def graph_leaves(roots: Iterable[Any]) -> list[Any]:
     """The leaf tensors (AccumulateGrad variables) the graph from ``roots`` reaches, each once,
-    in a deterministic order: a light walk over ``next_functions``, no hooks."""
+    in a deterministic order: a light walk over ``next_functions``, no hooks. None in a graph
+    FSDP2 takes part in (a post-backward node): its leaves are the unsharded copies, whose
+    gradients land on the sharded parameters, so its history keeps the loss alone."""
     out: list[Any] = []
     stack = [r for r in roots if r is not None]
     seen = set(stack)
@@ -67,6 +70,8 @@ def graph_leaves(roots: Iterable[Any]) -> list[Any]:
         if type(fn) is accumulate:
             out.append(fn.variable)
             continue
+        if type(fn).__name__ == FSDP_POST_BACKWARD:
+            return []
         for nxt, _ in fn.next_functions:
             if nxt is not None and nxt not in seen:
                 add(nxt)
@@ -116,7 +121,9 @@ class History:
         self.count = 0
 
     def before(self, t_outputs: Any) -> list[Any]:
-        """The pass's leaves, found before it runs (the graph is still whole then)."""
+        """The pass's leaves, found before it runs (the graph is still whole then). Under
+        FSDP2 none: its AccumulateGrad nodes hold the unsharded copies, whose gradients land
+        on the sharded DTensor parameters, so the history keeps the loss alone there."""
         return graph_leaves(_roots(t_outputs))
 
     def _numbers(self, leaves: list[Any], frame: Any) -> tuple[list[int], dict[str, Any] | None]:
