@@ -255,7 +255,6 @@ CRASHING_UI = (
 )
 
 
-@pytest.mark.xfail(reason="q now ends a running script with 143 (issue 44 #1): this test's crash path still expects the old code; to reconcile", strict=False)
 def test_a_crash_of_the_ui_is_not_reported_as_success(tmp_path: Path) -> None:
     """Textual prints the traceback and returns None from run(): the command must not then
     report the aborted debuggee's status (0) as if the script had finished."""

@@ -261,7 +261,6 @@ async def test_the_next_pass_opened_ahead_shows_what_opening_it_then_shows(trace
 
 
 @pilot
-@pytest.mark.xfail(reason="failed in the merged suite under load; to check unloaded (issue 46)", strict=False)
 async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None:
     """A held key: the keys already waiting move the cursor, and only where it ends up is
     opened and drawn (nothing left to catch up with when the key is let go)."""
@@ -286,8 +285,10 @@ async def test_keys_that_wait_move_the_cursor_and_draw_once(trace: Path) -> None
                 for _ in range(2):  # pass 1 -> 3 in one go: pass 2 is passed over
                     app.post_message(events.Key("right_square_bracket", None))
                 app.post_message(events.Key("n", "n"))
-                await pilot.pause()
-                await pilot.pause()
+                for _ in range(100):  # a loaded machine may take several turns to get there
+                    await pilot.pause()
+                    if app.snapshot.pass_ is not None and "step 2 of" in status(app):
+                        break
             finally:
                 replay_module.PassTimeline = real  # type: ignore[misc]
             assert app.snapshot.pass_ is not None and app.snapshot.pass_.number == 3

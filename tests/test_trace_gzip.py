@@ -31,7 +31,6 @@ def _backstep(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=tmp_path, timeout=300)
 
 
-@pytest.mark.xfail(reason="regressed in the last merge (history and memory events): to fix (issue 47)", strict=False)
 def test_gzip_trace_reads_as_the_plain_one(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     plain = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True,
@@ -43,7 +42,7 @@ def test_gzip_trace_reads_as_the_plain_one(tmp_path: Path) -> None:
     assert raw[:2] == b"\x1f\x8b"
     text = gzip.decompress(raw).decode()
     assert text.count('"event":"history"') == 5 and text.rstrip().endswith(
-        '"event":"exit","code":0,"traceback":null}')
+        '"event":"exit","code":0,"traceback":null,"passes":5}')
     with TraceIndex(tmp_path / "run.jsonl.gz") as index:
         assert index.numbers() == [1, 2, 3, 4, 5] and not index.problems
     for command in (["history"], ["export", "--pass", "3"]):
@@ -82,7 +81,6 @@ KILLED = textwrap.dedent("""\
 """)
 
 
-@pytest.mark.xfail(reason="its trace form regressed in the last merge (the exit event gained passes): to fix (issue 47)", strict=False)
 @pytest.mark.parametrize("how", ["trace", "attach"])
 def test_sigterm_leaves_a_valid_trace_and_the_same_status(tmp_path: Path, how: str) -> None:
     (tmp_path / "job.py").write_text(KILLED)
@@ -97,5 +95,5 @@ def test_sigterm_leaves_a_valid_trace_and_the_same_status(tmp_path: Path, how: s
     assert (run.returncode, run.stdout) == (plain.returncode, plain.stdout)
     lines = gzip.decompress((tmp_path / "run.jsonl.gz").read_bytes()).decode().splitlines()
     events = [json.loads(line) for line in lines]  # every line whole
-    assert events[-1] == {"event": "exit", "code": -15, "traceback": None}
+    assert events[-1] == {"event": "exit", "code": -15, "traceback": None, "passes": 11}
     assert [e["n"] for e in events if e["event"] == "history"] == list(range(1, 12))

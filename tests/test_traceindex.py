@@ -96,7 +96,9 @@ def test_a_cut_off_last_line_opens_the_rest_and_says_so(traces: dict[str, Path],
                                                       tmp_path: Path) -> None:
     data = traces["full"].read_bytes()
     lines = data.splitlines(keepends=True)
-    cut = b"".join(lines[:-4]) + lines[-4][: len(lines[-4]) // 2]  # the run was killed mid-write
+    # the run was killed mid-write, inside its last pass (the trace ends with history lines)
+    end = max(i for i, line in enumerate(lines) if b'"pass_end"' in line)
+    cut = b"".join(lines[:end - 1]) + lines[end - 1][: len(lines[end - 1]) // 2]
     path = tmp_path / "cut.jsonl"
     path.write_bytes(cut)
     with TraceIndex(path) as index:

@@ -157,5 +157,7 @@ def launch(
 
     leave_output(app.console_lines, sys.stdout)  # the UI's screen is gone: the output stays
     if result is None:
+        if app.return_code == 1:  # the UI crashed (Textual printed why): not the script's status
+            return 1
         return exit_status(link.returncode())
     return int(result)

@@ -45,6 +45,11 @@ class Attachment:
             self.capture.tagged_since = self.provenance.since
         self.active = True
 
+    def exit_event(self, code: int) -> dict[str, Any]:
+        """The ``exit`` event this attachment announces: how many passes ran, as ``trace`` says."""
+        passes = self.capture.passes if self.capture is not None else None
+        return {"event": "exit", "code": code, "traceback": None, "passes": passes}
+
     def _after_fork(self) -> None:
         """In a forked child (a DataLoader worker...): disarm without a word to the UI or the
         trace, forget the parent's UI and files, and let a later attach() start afresh."""

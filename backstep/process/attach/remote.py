@@ -77,7 +77,7 @@ class RemoteAttachment(Attachment):
             code = 1 if getattr(sys, "last_value", None) is not None else 0
             if self.diagnostician is not None:
                 self.diagnostician.finish()
-            server.emit({"event": "exit", "code": code, "traceback": None})
+            server.emit(self.exit_event(code))
         self.stop()
 
     def stop(self) -> None:

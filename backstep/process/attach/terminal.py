@@ -233,7 +233,7 @@ class UIAttachment(Attachment):
             code = 1 if getattr(sys, "last_value", None) is not None else 0
             if self.diagnostician is not None:
                 self.diagnostician.finish()
-            channel.send({"event": "exit", "code": code, "traceback": None})
+            channel.send(self.exit_event(code))
             with contextlib.suppress(Exception):
                 process.wait()
         self.stop()

@@ -44,7 +44,7 @@ class TraceAttachment(Attachment):
         recorder = self.recorder
 
         def on_sigterm() -> None:  # the file stays valid when the job is killed
-            recorder.emit({"event": "exit", "code": -15, "traceback": None})
+            recorder.emit(self.exit_event(-15))
             recorder.close()
 
         self._undo_sigterm = close_on_sigterm(on_sigterm)

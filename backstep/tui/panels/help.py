@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.keys import key_to_character
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -84,7 +84,8 @@ def keys_table(rows: Iterable[tuple[str, str]]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    """A modal list of the keys; any of escape, q or ? closes it."""
+    """A modal list of the keys; any of escape, q or ? closes it. The list scrolls with the
+    arrow and page keys where the terminal is shorter than it (it is focused on open)."""
 
     BINDINGS = [
         Binding("escape", "dismiss", "close"),
@@ -98,7 +99,7 @@ class HelpScreen(ModalScreen[None]):
         self.heading = title
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
+        with VerticalScroll(id="help-box"):
             yield Static(self.heading, id="help-title")
             yield Static(keys_table(self.rows))
-            yield Static("escape closes", classes="dim-hint")
+            yield Static("up / down, page up / down scroll · escape closes", classes="dim-hint")
