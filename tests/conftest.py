@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,17 @@ def strict_model() -> Iterator[None]:
 def lenient_model() -> None:
     """As in real use: an event a handler cannot read is ignored and counted."""
     SessionModel.strict = False
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[object]:
+    """A served UI (``show`` of the small fixture trace) for a module's tests of its server."""
+    from backstep.process.served import ServedUI, ui_command
+
+    ui = ServedUI(ui_command(["show", str(Path(__file__).parent / "fixtures" / "small_trace.jsonl")]))
+    ui.start()
+    try:
+        yield ui
+    finally:
+        ui.stop()
+

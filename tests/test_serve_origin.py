@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,6 @@ from backstep.process.serve import configured_origins  # noqa: E402
 from backstep.process.served import ServedUI, ui_command  # noqa: E402
 
 TRACE = str(Path(__file__).parent / "fixtures" / "small_trace.jsonl")
-
-
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServedUI]:
-    ui = ServedUI(ui_command(["show", TRACE]))
-    ui.start()
-    try:
-        yield ui
-    finally:
-        ui.stop()
 
 
 def websocket(ui: ServedUI, origin: str | None) -> int:

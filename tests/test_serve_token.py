@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,6 @@ from backstep.process.notebook_cell import browser_url
 from backstep.process.served import ServedUI, serve_address, ui_command
 
 TRACE = str(Path(__file__).parent / "fixtures" / "small_trace.jsonl")
-
-
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServedUI]:
-    ui = ServedUI(ui_command(["show", TRACE]))
-    ui.start()
-    try:
-        yield ui
-    finally:
-        ui.stop()
 
 
 def get(ui: ServedUI, path: str, websocket: bool = False) -> int:

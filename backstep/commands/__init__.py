@@ -111,6 +111,20 @@ def open_traces(who: str, *paths: str, partial: bool = False,
     return opened
 
 
+def chosen_pass(who: str, index: Any, trace: str, number: int | None) -> int | None:
+    """The pass ``--pass`` names (the first when it names none), or None after one line on
+    stderr saying why there is none: the command then exits 2."""
+    numbers = index.numbers()
+    if not numbers:
+        say(who, f"{trace} has no backward pass")
+        return None
+    chosen = numbers[0] if number is None else number
+    if chosen not in index.passes:
+        say(who, f"no pass {chosen} in {trace} (passes {numbers[0]}-{numbers[-1]})")
+        return None
+    return chosen
+
+
 def torch_problem() -> str | None:
     """Why this torch cannot run backstep, in one line (None: it can). Checked before any
     script runs, without importing torch in this process."""

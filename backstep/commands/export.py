@@ -44,7 +44,7 @@ def _seconds(text: str) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.commands import open_traces, say
+    from backstep.commands import chosen_pass, open_traces, say
     from backstep.safe_text import DotIdError
     from backstep.traces.dot import to_dot
     from backstep.traces.passes import TraceError
@@ -56,14 +56,8 @@ def main(args: argparse.Namespace) -> int:
     with index:
         if index.note():
             say("export", f"note: {index.note()}")
-        numbers = index.numbers()
-        if not numbers:
-            say("export", f"{args.trace} has no backward pass")
-            return 2
-        number = numbers[0] if args.number is None else args.number
-        if number not in index.passes:
-            say("export", f"no pass {number} in {args.trace} (passes "
-                f"{numbers[0]}-{numbers[-1]})")
+        number = chosen_pass("export", index, args.trace, args.number)
+        if number is None:
             return 2
         try:
             chosen = index.read(number)

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from backstep.commands import open_traces, say
+    from backstep.commands import chosen_pass, open_traces, say
     from backstep.safe_text import printable
     from backstep.traces import memory as table
     from backstep.traces.passes import TraceError
@@ -40,14 +40,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     index = opened[0]
     with index:
-        numbers = index.numbers()
-        if not numbers:
-            say("memory", f"{args.trace} has no backward pass")
-            return 2
-        number = numbers[0] if args.number is None else args.number
-        if number not in index.passes:
-            say("memory", f"no pass {number} in {args.trace} (passes "
-                f"{numbers[0]}-{numbers[-1]})")
+        number = chosen_pass("memory", index, args.trace, args.number)
+        if number is None:
             return 2
         try:
             events = index.read_kinds(number, {"pass_begin", "memory", "memory_end"})
