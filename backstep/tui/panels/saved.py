@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from typing import Any
+
 from rich._ratio import ratio_distribute  # how an expanded Table shares out spare cells
 from rich.text import Text
 from textual.widgets import Static
 
 from backstep.tui.state.focus import Focus
+from backstep.tui.state.memory_table import SavedCost, memory_table, saved_costs
 from backstep.tui.state.records import SavedInfo
 from backstep.tui.text.format import apart_width, cut_apart, cut_middle, nbytes, shape_text
 
@@ -49,17 +53,80 @@ NAME_MIN = 6  # the name column's least width, while the panel has the room
 VALUE_MIN = 8  # a scalar's value cut to keep names apart keeps this many cells
 
 
-def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
+def storage_cells(cost: SavedCost | None, names: Mapping[int, str]) -> tuple[Text, Text]:
+    """The storage column, long and short: a leaf's (not counted), a view of a bigger storage,
+    the node's other saved tensors on it (``= other``), the other nodes that save it (``+ #7``);
+    empty for a storage of its own. ``names``: node id -> its name (trace strings: shown as
+    plain text, never markup)."""
+    if cost is None:
+        return Text(""), Text("")
+    if cost.leaf:
+        return (Text("leaf: not counted", style="dim"), Text("leaf", style="dim"))
+    long, short = Text(), Text()
+    if cost.view:
+        long.append(f"view of {nbytes(cost.bytes)}", style="yellow")
+        short.append("view", style="yellow")
+    if cost.here:
+        for text in (long, short):
+            text.append(" " if text else "")
+        long.append("= " + ", ".join(cost.here), style="cyan")
+        short.append("=" + cost.here[0], style="cyan")
+    if cost.others:
+        for text in (long, short):
+            text.append(" " if text else "")
+        nodes = dict.fromkeys(node for node, _ in cost.others)
+        if len(nodes) == 1:
+            node = next(iter(nodes))
+            saved = ", ".join(name for _, name in cost.others)
+            long.append(f"+ {names.get(node, '?')} #{node} {saved}", style="cyan")
+            short.append(f"+#{node}", style="cyan")
+        else:
+            long.append(f"+ {len(nodes)} nodes", style="cyan")
+            short.append(f"+{len(nodes)}", style="cyan")
+    return long, short
+
+
+def _after(status: Text, share: Text) -> Text:
+    if not share:
+        return status
+    out = status.copy()
+    if out:
+        out.append(" ")
+    out.append_text(share)
+    return out
+
+
+def saved_table(saved: list[SavedInfo], released: bool, width: int,
+                costs: list[SavedCost | None] | None = None,
+                node_names: Mapping[int, str] | None = None) -> Text:
     """One line a saved tensor under a header: name, shape and dtype, bytes, status, each column
     padded a cell either side and spread over ``width`` as rich's expanded ``Table`` does,
     drawn as text (a ``Table`` measured and laid out its cells again on every frame: 2 ms of a
     35 ms pass change). The shape, bytes and status are what the panel is for: they keep their
     width (one cell short, the last column's right pad goes at the panel's edge). Long names are
     cut in the middle, where they stay apart (``mat1…sizes``, ``mat2…strides``), and on a narrow panel
-    the dtype goes before a name is cut below 8 cells."""
+    the dtype goes before a name is cut below 8 cells.
+
+    ``costs`` (the pass's memory event says them, ``state/memory_table.saved_costs``): the bytes
+    are the storage's, and after the status it says which tensors share one (``storage_cells``),
+    its long form (``+ AddmmBackward0 #2 mat1``) giving way to the short (``+#2``) before a
+    dtype or a name would."""
     statuses = [status_text(item, released) for item in saved]
     sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
              for item in saved]
+    if costs is not None:
+        sizes = [nbytes(cost.bytes) if cost is not None and not cost.leaf else size
+                 for size, cost in zip(sizes, costs, strict=True)]
+        both = [storage_cells(cost, node_names or {}) for cost in costs]
+        dtypes = max(len(c) for c in [*(tensor_cell(i, True) for i in saved), "tensor"])
+        for form in (0, 1):  # the long form, unless it would cost the dtypes or the names
+            shared = [_after(status, pair[form]) for status, pair in zip(statuses, both,
+                                                                        strict=True)]
+            fixed = max(len(b) for b in [*sizes, "bytes"]) + \
+                max(s.cell_len for s in [*shared, Text("status")]) + 2 * len(HEADERS) - 1
+            if not width or width - fixed - dtypes >= apart_width([i.name for i in saved]):
+                break
+        statuses = shared
     fixed = max(len(b) for b in [*sizes, "bytes"]) + \
         max(s.cell_len for s in [*statuses, Text("status")]) + 2 * len(HEADERS) - 1
     names = max(len(item.name) for item in saved)
@@ -116,6 +183,22 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int) -> Text:
     return Text("\n").join(lines)
 
 
+class _Names(Mapping[int, str]):
+    """Node id -> its name, read from the graph only for the ids asked."""
+
+    def __init__(self, nodes: Mapping[int, Any]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, node: int) -> str:
+        return self._nodes[node].name
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
 class SavedPanel(Static):
     """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place."""
 
@@ -149,13 +232,20 @@ class SavedPanel(Static):
         elif not saved:
             parts.append(Text("this node saved nothing", style="dim"))
         else:
-            parts.append(saved_table(saved, released, self.content_region.width))
+            costs = saved_costs(view, focus.info.id, saved)
+            node_names = _Names(view.graph.nodes) if view is not None else None
+            parts.append(saved_table(saved, released, self.content_region.width, costs,
+                                     node_names))
             shape.append(("rows", len(saved)))  # one line a row (cut, never wrapped), a header
             if any(item.status == "unknown" for item in saved):
                 parts.append(Text(UNKNOWN_LINE, style="dim italic"))
                 shape.append(("unknown", len(UNKNOWN_LINE)))  # it wraps on a narrow panel
         if view is not None:
-            held, freed = view.saved_totals(focus.snapshot.stop)
+            memory = memory_table(view)
+            if memory is not None:  # each storage once, leaves left out, as M counts them
+                held, freed = memory.held, memory.total - memory.held
+            else:
+                held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
                                  ("  held ", "dim"), (nbytes(held), "green"),
                                  ("  freed ", "dim"), (nbytes(freed), ""))

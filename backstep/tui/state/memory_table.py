@@ -6,6 +6,7 @@ releases that memory). Plain Python, no textual."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,4 +66,90 @@ def holders(memory: dict[str, Any], by: str, sources: dict[int, Any],
     for key, ids in found.items():
         mine = own.get(key, set())
         out[key] = tuple(sorted(ids, key=lambda i: (i not in mine, place[i])))  # noqa: B023
+    return out
+
+
+@dataclass(frozen=True)
+class SavedCost:
+    """What one saved tensor costs, as the pass's memory event counts it."""
+
+    bytes: int  # its storage's (a view costs its whole storage), once however many save it
+    leaf: bool = False  # a leaf's storage (a parameter): it outlives the graph, left out
+    view: bool = False  # the tensor is a part of its storage (fewer bytes than it)
+    here: tuple[str, ...] = ()  # the node's other saved tensors on the same storage
+    others: tuple[tuple[int, str], ...] = ()  # (node id, name): other nodes that save it
+    counted_at: int | None = None  # the node the memory view counts the storage at
+
+
+class _Index:
+    """(node id, saved name) -> storage index, for one memory event (built once a pass)."""
+
+    def __init__(self, memory: dict[str, Any]) -> None:
+        self.memory = memory
+        self.at: dict[tuple[int, str], int] = {}
+        self.holders: list[list[tuple[int, str]]] = []
+        self.leaf: set[tuple[int, str]] = set()
+        storages = memory.get("storages")
+        for k, storage in enumerate(storages if isinstance(storages, list) else []):
+            pairs: list[tuple[int, str]] = []
+            if isinstance(storage, dict):
+                held, names = storage.get("held_by"), storage.get("names")
+                if isinstance(held, list) and isinstance(names, list):
+                    for node, saved in zip(held, names, strict=False):
+                        if type(node) is int and isinstance(saved, list):
+                            pairs += [(node, n) for n in saved if type(n) is str]
+            for pair in pairs:
+                self.at.setdefault(pair, k)
+            self.holders.append(pairs)
+        for entry in memory.get("leaf_saved") or []:
+            if isinstance(entry, list) and entry and type(entry[0]) is int:
+                self.leaf.update((entry[0], n) for n in entry[1:] if type(n) is str)
+
+
+_INDEXES: dict[int, _Index] = {}
+
+
+def _index(memory: dict[str, Any]) -> _Index:
+    found = _INDEXES.get(id(memory))
+    if found is None or found.memory is not memory:
+        if len(_INDEXES) >= 16:
+            _INDEXES.clear()
+        found = _INDEXES[id(memory)] = _Index(memory)
+    return found
+
+
+def saved_costs(view: PassView | None, node: int, saved: Sequence[Any]
+                ) -> list[SavedCost | None] | None:
+    """Per saved tensor of ``node`` (``SavedInfo``s), what it costs; None for the whole list
+    when the pass's memory event does not say (no event, or one from a backstep that did not
+    name its storages' tensors), None for an entry it does not list (a scalar, a tensor
+    freed or saved through hooks, a storage of no bytes)."""
+    memory = view.log.memory if view is not None else None
+    if memory is None or not isinstance(memory.get("storages"), list) or (
+            memory["storages"] and not any(isinstance(s, dict) and "names" in s
+                                           for s in memory["storages"][:1])):
+        return None
+    index = _index(memory)
+    storages = memory["storages"]
+    out: list[SavedCost | None] = []
+    for item in saved:
+        name = item.name
+        if (node, name) in index.leaf:
+            out.append(SavedCost(item.bytes, leaf=True))
+            continue
+        k = index.at.get((node, name))
+        storage = storages[k] if k is not None else None
+        size = storage.get("bytes") if isinstance(storage, dict) else None
+        if k is None or type(size) is not int:
+            out.append(None)
+            continue
+        pairs = index.holders[k]
+        maker = storage.get("node")  # where the memory view counts it: its maker, else the
+        if type(maker) is not int:  # first node that saves it
+            maker = pairs[0][0] if pairs else None
+        out.append(SavedCost(
+            size, view=0 < item.bytes < size,
+            here=tuple(n for i, n in pairs if i == node and n != name),
+            others=tuple((i, n) for i, n in pairs if i != node),
+            counted_at=maker))
     return out
