@@ -5,7 +5,6 @@ bytes and which tensors share it, as the memory view counts them (each storage o
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 from backstep.engine.capture import Capture
 from backstep.engine.recorder import ListRecorder

@@ -7,10 +7,11 @@ from typing import Any
 
 from rich._ratio import ratio_distribute  # how an expanded Table shares out spare cells
 from rich.text import Text
+from textual.geometry import Size
 from textual.widgets import Static
 
 from backstep.tui.state.focus import Focus
-from backstep.tui.state.memory_table import SavedCost, memory_table, saved_costs
+from backstep.tui.state.memory_table import SavedCost, held_now, saved_costs
 from backstep.tui.state.records import SavedInfo
 from backstep.tui.text.format import apart_width, cut_apart, cut_middle, nbytes, shape_text
 
@@ -199,28 +200,79 @@ class _Names(Mapping[int, str]):
         return len(self._nodes)
 
 
+MIN_ROWS, MAX_ROWS = 5, 11  # the panel's rows, borders included, while the column has them
+
+
+def fit(table: Text | None, rest: list[Text], room: int) -> list[Text]:
+    """What of the panel's parts fits ``room`` lines: the saved tensors' rows first, then the
+    table's header, then the lines under it (the footer, a note); rows that do not fit are
+    counted on the last line (``+3 more``)."""
+    lines = table.split("\n") if table is not None else []
+    extra = sum(len(part.split("\n")) for part in rest)
+    if len(lines) + extra <= room or table is None:
+        return ([table] if table is not None else []) + rest
+    kept: list[Text] = []
+    for part in rest:  # the lines under the table, while there is room for them too
+        if len(lines) + len(part.split("\n")) + sum(len(k.split("\n")) for k in kept) <= room:
+            kept.append(part)
+    room -= sum(len(k.split("\n")) for k in kept)
+    if len(lines) <= room:
+        return [table, *kept]
+    header, rows = lines[:1], lines[1:]
+    if room < 3:  # a row or two: the rows say more than the header
+        header = []
+    show = max(room - len(header) - 1, 1) if len(rows) > room - len(header) else len(rows)
+    more = len(rows) - show
+    out = header + rows[:show]
+    if more > 0 and len(out) < room:
+        out.append(Text(f" +{more} more", style="dim italic"))
+    elif more > 0:
+        out[-1] = Text(f" +{more + 1} more", style="dim italic")
+    return [Text("\n").join(out), *kept]
+
+
 class SavedPanel(Static):
-    """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place."""
+    """Each saved tensor or scalar: shape, dtype, bytes, alive / freed / modified in place.
+
+    As tall as its lines, ``MIN_ROWS`` to ``MAX_ROWS`` rows, but never more than the column
+    leaves it once the panels above keep their minimum height (``get_content_height``): on a
+    short screen (80x24 under a diagnosis banner) it is not pushed past the column's bottom,
+    and it shows the saved tensors' rows first, its header and footer as they fit (``fit``)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.border_title = "Saved tensors"
-        # what decides the panel's (auto) height: a new layout only when that changes, since a
-        # layout pass repaints every scrollbar on screen
-        self._shape: tuple[object, ...] = ()
+        # the lines it would take whole: a new layout only when that changes, since a layout
+        # pass repaints every scrollbar on screen
+        self._wanted = 0
         self._focus: Focus | None = None
-        self._width = 0
+        self._fitted = (0, 0)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """Its lines (``MIN_ROWS`` to ``MAX_ROWS`` rows), as many as the column has left when
+        its other panels keep their min-height."""
+        gutter = self.styles.gutter.height
+        others = 0
+        for sibling in self.parent.children if self.parent is not None else ():
+            if sibling is not self and sibling.display and sibling.styles.min_height:
+                others += int(sibling.styles.min_height.resolve(container, viewport))
+        room = container.height - others  # (``container`` comes less this panel's borders)
+        wanted = min(max(self._wanted + gutter, MIN_ROWS), MAX_ROWS) - gutter
+        return max(min(wanted, room), 1)
 
     def on_resize(self) -> None:
-        """Fit the table to the new width (names cut, or dtypes dropped, on a narrow panel)."""
-        if self._focus is not None and self.content_region.width != self._width:
+        """Fit the table to the new size (names cut, or dtypes dropped, on a narrow panel;
+        rows first on a short one)."""
+        region = self.content_region
+        if self._focus is not None and (region.width, region.height) != self._fitted:
             self.show(self._focus)
 
     def show(self, focus: Focus) -> None:
         self._focus = focus
-        self._width = self.content_region.width
+        region = self.content_region
+        self._fitted = (region.width, region.height)
         parts: list[Text] = []
-        shape: list[object] = []
+        table: Text | None = None
         saved = focus.saved
         view = focus.snapshot.pass_
         released = focus.record is not None and view is not None and not view.retain_graph
@@ -234,16 +286,13 @@ class SavedPanel(Static):
         else:
             costs = saved_costs(view, focus.info.id, saved)
             node_names = _Names(view.graph.nodes) if view is not None else None
-            parts.append(saved_table(saved, released, self.content_region.width, costs,
-                                     node_names))
-            shape.append(("rows", len(saved)))  # one line a row (cut, never wrapped), a header
+            table = saved_table(saved, released, region.width, costs, node_names)
             if any(item.status == "unknown" for item in saved):
                 parts.append(Text(UNKNOWN_LINE, style="dim italic"))
-                shape.append(("unknown", len(UNKNOWN_LINE)))  # it wraps on a narrow panel
         if view is not None:
-            memory = memory_table(view)
+            memory = held_now(view)
             if memory is not None:  # each storage once, leaves left out, as M counts them
-                held, freed = memory.held, memory.total - memory.held
+                held, freed = memory[1], memory[0] - memory[1]
             else:
                 held, freed = view.saved_totals(focus.snapshot.stop)
             line = Text.assemble(("pass ", "dim"), (str(view.number), "bold"),
@@ -252,8 +301,14 @@ class SavedPanel(Static):
             if view.retain_graph:
                 line.append("  (retain_graph: nothing is freed)", style="dim")
             parts.append(line)
-            shape.append(("footer", len(line.plain)))  # it wraps when longer than the panel
-        if parts and isinstance(parts[0], Text):  # a message instead of the table
-            shape.append(("message", parts[0].plain))
-        self.update(Text("\n").join(parts), layout=tuple(shape) != self._shape)
-        self._shape = tuple(shape)
+        if region.width:  # a line longer than the panel wraps: what it takes, as drawn
+            parts = [Text("\n").join(part.wrap(self.app.console, region.width))
+                     for part in parts]
+        wanted = sum(len(part.split("\n")) for part in ([table] if table else []) + parts)
+        layout = wanted != self._wanted
+        self._wanted = wanted
+        if region.height:
+            parts = fit(table, parts, region.height)
+        elif table is not None:
+            parts = [table, *parts]
+        self.update(Text("\n").join(parts), layout=layout)

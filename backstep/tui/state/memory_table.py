@@ -40,6 +40,23 @@ def memory_table(view: PassView | None, by: str = "module") -> MemoryTable | Non
                        holders(memory, by, sources, view.graph.order))
 
 
+def held_now(view: PassView | None) -> tuple[int, int] | None:
+    """(bytes held at the pass's start, bytes still held now), each storage once, as the table
+    counts them (the Saved panel's footer, on every frame: no rows made); None without a
+    memory event."""
+    memory = view.log.memory if view is not None else None
+    if view is None or memory is None:
+        return None
+    steps = {node: k + 1 for k, node in enumerate(view.executed())}
+    freed = table.freed_so_far(memory, steps, view.retain_graph)
+    held = 0
+    for storage, when in zip(memory.get("storages") or [], freed, strict=False):
+        if when is None and isinstance(storage, dict) and type(storage.get("bytes")) is int:
+            held += storage["bytes"]
+    total = memory.get("bytes") if type(memory.get("bytes")) is int else 0
+    return total, held
+
+
 def holders(memory: dict[str, Any], by: str, sources: dict[int, Any],
             order: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
     """Per row key, the ids of the graph's nodes that save its storages: first the nodes the
