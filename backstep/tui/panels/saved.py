@@ -111,7 +111,7 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int,
     ``costs`` (the pass's memory event says them, ``state/memory_table.saved_costs``): the bytes
     are the storage's, and after the status it says which tensors share one (``storage_cells``),
     its long form (``+ AddmmBackward0 #2 mat1``) giving way to the short (``+#2``) before a
-    dtype or a name would."""
+    dtype or a name's cell would."""
     statuses = [status_text(item, released) for item in saved]
     sizes = ["" if item.shape is None and item.dtype is None else nbytes(item.bytes)
              for item in saved]
@@ -120,12 +120,13 @@ def saved_table(saved: list[SavedInfo], released: bool, width: int,
                  for size, cost in zip(sizes, costs, strict=True)]
         both = [storage_cells(cost, node_names or {}) for cost in costs]
         dtypes = max(len(c) for c in [*(tensor_cell(i, True) for i in saved), "tensor"])
-        for form in (0, 1):  # the long form, unless it would cost the dtypes or the names
+        whole = max(len(item.name) for item in saved)
+        for form in (0, 1):  # the long form, unless it would cost a dtype or a name's cells
             shared = [_after(status, pair[form]) for status, pair in zip(statuses, both,
                                                                         strict=True)]
             fixed = max(len(b) for b in [*sizes, "bytes"]) + \
                 max(s.cell_len for s in [*shared, Text("status")]) + 2 * len(HEADERS) - 1
-            if not width or width - fixed - dtypes >= apart_width([i.name for i in saved]):
+            if not width or width - fixed - dtypes >= whole:
                 break
         statuses = shared
     fixed = max(len(b) for b in [*sizes, "bytes"]) + \
