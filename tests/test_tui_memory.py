@@ -184,3 +184,18 @@ async def test_a_row_chosen_in_show_selects_its_nodes(tmp_path) -> None:  # type
             assert app.selected == nodes[0]
             assert app.shown.pass_.graph.nodes[app.selected].name == "TanhBackward0"
 
+
+
+@pilot
+async def test_a_click_on_a_row_chooses_it() -> None:
+    events = mlp_events()
+    app = live_app(RecordingLink(events))
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.pause()
+        await pilot.press("M")
+        await pilot.pause()
+        keys = [r["key"] for r in app.screen.found.rows]
+        await pilot.click("#memory-table", offset=(3, 1 + keys.index("model.1")))  # 1: header
+        await pilot.pause()
+        assert not isinstance(app.screen, MemoryScreen)
+        assert app.selected == _holders(events, "model.1")[0]
