@@ -175,6 +175,9 @@ STORAGE = Obj("storage object", {
     "node": F(INT_OR_NULL, "the id of the node that made it (its line is that node's in "
               "pass_begin; null: the first of held_by's)", default=None),
     "held_by": F(IDS, "the ids of the nodes that save it"),
+    "names": F(list_of(list_of(STR, "list of str"), "list of lists of str or null"),
+               "beside held_by: the names each of those nodes saves it under (as its node "
+               "events' saved list names them)", default=None),
 }, required=("bytes",), null=False)
 KEPT = Obj("{graphs, bytes, passes, by} or null", {
     "graphs": F(INT_OR_NULL, "earlier passes whose graph is still alive"),
@@ -268,6 +271,9 @@ EVENTS: dict[str, Event] = {
         "storages": F(list_of(STORAGE.check, "list of storages or null"),
                       "every saved storage, in the order first saved"),
         "leaves": F(INT_OR_NULL, "the bytes of saved leaves (parameters), left out of the total"),
+        "leaf_saved": F(list_of(list_of(("an id or a name", lambda v: type(v) in (int, str)),
+                                         "[id, name, ...]"), "list of [id, name, ...] or null"), "the saved tensors whose storage is a leaf's, "
+            "left out: per node that saves some, its id, then their names", default=None),
         "cuda": F(CUDA_FIGURES.check, "the CUDA allocator's figures at the start", default=None),
     }, BOTH, required=("pass",)),
     "memory_end": Event("a recorded pass's saved storages released, before pass_end", {

@@ -189,7 +189,8 @@ class BackstepApp(PlainText):
                 "module; m again shows the graph"),
         Binding("M", "memory", "memory", show=False,
                 tooltip="memory: the saved activations the pass in view holds, by module "
-                "(b: op, line), largest first, draining as it runs"),
+                "(b: op, line), largest first, draining as it runs\nenter on a row: select "
+                "the nodes that save its storages (n / N: the next, escape leaves)"),
         Binding("F", "flow", "gradient flow", tooltip="gradient flow: each leaf's ‖grad‖ and "
                 "max |grad| in model order, log scale\nin the chart, left / right: a leaf's "
                 "full name and numbers"),
@@ -248,6 +249,8 @@ class BackstepApp(PlainText):
         self._diagnosis_new = False
         self.review: review.Cursor | None = None  # p: the recorded node looked back at
         self.searching: str | None = None  # the query while n / N browse the matches
+        # the nodes a memory row chose (M, enter): n / N browse them as a search's matches
+        self.picked: tuple[int, ...] | None = None
 
     @property
     def shown(self) -> Snapshot:
@@ -468,6 +471,7 @@ class BackstepApp(PlainText):
     @on(SearchBar.Go)
     def _search_go(self, message: SearchBar.Go) -> None:
         self.searching = message.query if message.query.strip() else None
+        self.picked = None  # a typed search replaces a memory row's nodes
         if self.searching is None:
             self.action_leave_search()
             return
@@ -746,7 +750,12 @@ class BackstepApp(PlainText):
     def _search_move(self, step: int) -> bool:
         view = self.shown.pass_  # under review: search the pass in view, not the live one
         bar = self.query_one(SearchBar)
-        found = matches(view.graph, self.searching or "") if view is not None else []
+        if view is None:
+            found = []
+        elif self.picked is not None:  # a memory row's nodes, those the pass in view has
+            found = [i for i in self.picked if i in view.graph.nodes]
+        else:
+            found = matches(view.graph, self.searching or "")
         chosen = pick(found, self.selected, step)
         bar.tell(found, chosen)
         if chosen is None:
@@ -762,7 +771,7 @@ class BackstepApp(PlainText):
     def action_leave_search(self) -> None:
         bar = self.query_one(SearchBar)
         if bar.display or self.searching is not None:
-            self.searching = None
+            self.searching = self.picked = None
             bar.close()
             self.query_one(GraphPanel).focus()
 
@@ -789,7 +798,20 @@ class BackstepApp(PlainText):
 
     def action_memory(self) -> None:
         if not isinstance(self.screen, MemoryScreen):
-            self.push_screen(MemoryScreen(self.shown))
+            self.push_screen(MemoryScreen(self.shown), self._memory_chosen)
+
+    def _memory_chosen(self, chosen: tuple[str, tuple[int, ...]] | None) -> None:
+        """A memory row chosen: select the first of the nodes that save its storages; n / N
+        go through the rest, as through a search's matches (escape leaves)."""
+        if not chosen:
+            return
+        key, nodes = chosen
+        self.searching, self.picked = key, nodes
+        self.selected = None  # so the first of them is chosen, not the one after
+        self.query_one(SearchBar).browse(key)
+        if self._search_move(1):
+            modules = self.screen.has_class("-modules")
+            self.query_one(ModulePanel if modules else GraphPanel).focus()
 
     def action_help(self) -> None:
         rows = help_rows(self.BINDINGS, self.driver.key_help, self.driver.offers)

@@ -8,7 +8,10 @@ Each storage goes to the node whose forward made it: the ``grad_fn`` a saved inp
 the node itself for a saved output (``result``); its module and forward line are that node's.
 A storage no node of the graph made (the batch, the target) goes to the line of the first node
 that saved it, with no module. Lines are not repeated here: a storage names its node (``node``,
-else the first of ``held_by``), whose line ``pass_begin`` lists.
+else the first of ``held_by``), whose line ``pass_begin`` lists. Each storage says the names
+each of its holders saves it under (``names``, beside ``held_by``), and ``leaf_saved`` which
+saved tensors are leaves' storages: the Saved panel tells from them what each saved tensor
+costs and which share a storage, read here once a pass rather than in every node's hook.
 
 Only ints and strings are kept between the start and the end of a pass (storage sizes and the
 local indices of the nodes that hold each one), never a tensor or a node. At the end
@@ -74,9 +77,11 @@ def memory_event(number: int, graph: Any, listed: list[dict[str, Any]]
             except Exception:  # noqa: BLE001 - a leaf without storage (meta, sparse)
                 pass
     order: dict[int, int] = {}  # storage pointer -> its index in ``found``
-    found: list[list[Any]] = []  # [bytes, maker index or None, first saver, holders]
+    # [bytes, maker index or None, first saver, holders, the names each holder saves it as]
+    found: list[list[Any]] = []
     left_out = 0
     left_seen: set[int] = set()
+    left_saved: dict[int, list[Any]] = {}  # node index -> [its id, the names of leaves it saves]
     for i, node in enumerate(nodes):
         for name, data in saved_tensors(node):
             try:
@@ -89,6 +94,11 @@ def memory_event(number: int, graph: Any, listed: list[dict[str, Any]]
                 if pointer not in left_seen:
                     left_seen.add(pointer)
                     left_out += size
+                saver = left_saved.get(i)
+                if saver is None:
+                    left_saved[i] = [ids[i], name]
+                else:
+                    saver.append(name)
                 continue
             if not size:
                 continue
@@ -97,15 +107,18 @@ def memory_event(number: int, graph: Any, listed: list[dict[str, Any]]
             maker = index.get(fn) if fn is not None else (i if name.startswith("result") else None)
             if at is None:
                 order[pointer] = len(found)
-                found.append([size, maker, i, [i]])
+                found.append([size, maker, i, [i], [[name]]])
             else:
                 entry = found[at]
                 if entry[1] is None:
                     entry[1] = maker
                 if entry[3][-1] != i:
                     entry[3].append(i)
+                    entry[4].append([name])
+                else:
+                    entry[4][-1].append(name)
     storages = []
-    for size, maker, _first, holders in found:
+    for size, maker, _first, holders, saved_as in found:
         storage: dict[str, Any] = {"bytes": size}
         if maker is not None:  # its module and node type; its line is the node's (pass_begin)
             where = listed[maker]
@@ -114,9 +127,11 @@ def memory_event(number: int, graph: Any, listed: list[dict[str, Any]]
             storage["op"] = where.get("name")
             storage["node"] = ids[maker]
         storage["held_by"] = [ids[j] for j in holders]
+        storage["names"] = saved_as
         storages.append(storage)
     event = {"event": "memory", "pass": number, "bytes": sum(s[0] for s in found),
-             "storages": storages, "leaves": left_out, "cuda": cuda_figures()}
+             "storages": storages, "leaves": left_out, "leaf_saved": list(left_saved.values()),
+             "cuda": cuda_figures()}
     return event, PassMemory([s[0] for s in found], [s[3] for s in found])
 
 

@@ -75,6 +75,12 @@ class SearchBar(Horizontal):
     def close(self) -> None:
         self.display = False
 
+    def browse(self, label: str) -> None:
+        """Up without the keys: n / N go through nodes chosen elsewhere (a memory row's), the
+        bar showing ``label`` (``/`` then edits it as a query)."""
+        self.display = True
+        self.input.value = label
+
     def tell(self, found: list[int], chosen: int | None) -> None:
         """Say where the selection is among the matches, and which keys move."""
         if not found:
