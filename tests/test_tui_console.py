@@ -182,3 +182,33 @@ def test_the_last_screenful_counts_wrapped_rows() -> None:
     assert last_screenful(["x" * 200, "a", "b"], 4, 80) == ["a", "b"]  # 3 rows: no room
     assert last_screenful(["x" * 200, "a", "b"], 5, 80) == ["x" * 200, "a", "b"]
     assert last_screenful(["a", "", "b"], 10, 80) == ["a", "", "b"]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=ids)
+@pilot
+async def test_a_long_line_wraps_and_is_read_whole_with_no_stray_scrollbar(
+        size: tuple[int, int]) -> None:
+    """Issue 44: the console cut long lines at its edge, and the horizontal scrollbar that
+    followed drew its thumb on an empty last row (a glyph floating in the console)."""
+    app, _ = make_app()
+    long = " ".join(f"w{i:03d}" for i in range(30)) + " END"  # 153 cells: two rows at 80
+    async with app.run_test(size=size) as pilot:
+        console = app.query_one(ConsolePanel)
+        console.write("short line\n" + long + "\nlast line\n")
+        await settle(pilot)
+        log = console.log_view
+        assert log.max_scroll_x == 0 and not log.show_horizontal_scrollbar
+        box = log.content_region
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[0] == "short line" and rows[-1] == "last line", rows
+        assert "".join(rows[1:-1]) == long  # every word, wrapped at the panel's width
+        console.write("\n".join(f"more {i} " + long for i in range(20)) + "\n")  # it scrolls
+        await settle(pilot)
+        assert log.max_scroll_y > 0 and log.max_scroll_x == 0
+        box = log.scrollable_content_region  # the vertical scrollbar's room kept
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[-1].endswith("END") and long.endswith(rows[-1]), rows  # wrapped again
+        assert all(row for row in rows), rows  # no empty row (a scrollbar's)
+        assert all(len(row) <= box.width for row in rows)
