@@ -133,9 +133,12 @@ def inside(region: Any, box: Any) -> bool:
 
 
 @pytest.mark.parametrize("conditions", [0, 8])
-@pytest.mark.parametrize("size", SIZES, ids=ids)
+@pytest.mark.parametrize("size", SIZES + [(44, 24), (60, 30), (200, 50)],
+                         ids=ids + ["44x24", "60x30", "200x50"])
 @pilot
 async def test_the_breakpoint_dialog_fits(size: tuple[int, int], conditions: int) -> None:
+    """At every size, the Add button whole inside the border: under 66 columns (a notebook's
+    frame) the kind takes a row of its own, where the button was cut (issue 44)."""
     breakpoints = [{"kind": "node", "pattern": f"Node{i}Backward*"} for i in range(conditions)]
     app, _ = make_app(breakpoints=breakpoints)
     async with app.run_test(size=size) as pilot:
@@ -151,8 +154,11 @@ async def test_the_breakpoint_dialog_fits(size: tuple[int, int], conditions: int
             assert region.height and inside(region, box), (selector, region, box)
         value, add = dialog.query_one("#bp-value").region, dialog.query_one("#bp-add").region
         assert add.x > value.right  # a gap: the button's edge is not lost against the field
+        assert value.width >= 20 and add.width >= 9, (value, add)
         rows = screen_text(app).splitlines()
         assert "Add" in rows[add.y + 1][add.x:add.right]
+        assert rows[add.y][add.x:add.right].strip() == "▔" * add.width  # its edges whole
+        assert rows[add.bottom - 1][add.x:add.right].strip() == "▁" * add.width
         assert "Done" in rows[dialog.query_one("#bp-done").region.y + 1]
 
 
