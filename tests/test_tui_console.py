@@ -218,3 +218,28 @@ async def test_a_long_line_wraps_and_is_read_whole_with_no_stray_scrollbar(
         assert rows[-1].endswith("END") and long.endswith(rows[-1]), rows  # wrapped again
         assert all(row for row in rows), rows  # no empty row (a scrollbar's)
         assert all(len(row) <= box.width for row in rows)
+
+
+@pilot
+async def test_wrapped_rows_stay_right_when_the_oldest_lines_are_dropped() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        console = app.query_one(ConsolePanel)
+        log = console.log_view
+        log.max_lines = 30
+        for i in range(100):  # every third line wraps onto a second row
+            console.write(f"line {i:03d} " + ("x" * 150 if i % 3 == 0 else "") + "\n")
+        await settle(pilot)
+        width = log.scrollable_content_region.width
+        want = sum(max(1, -(-len(line) // width)) for line in log.lines[:log.line_count])
+        assert log.virtual_size.height == want and log.max_scroll_x == 0
+        box = log.scrollable_content_region
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[-4:-1] == ["line 097", "line 098", ("line 099 " + "x" * 150)[:box.width]]
+        assert rows[-1] == "x" * (159 - box.width), rows  # line 099's second row
+        await pilot.resize_terminal(80, 24)  # a new width: every line wrapped again
+        await settle(pilot)
+        width = log.scrollable_content_region.width
+        want = sum(max(1, -(-len(line) // width)) for line in log.lines[:log.line_count])
+        assert log.virtual_size.height == want

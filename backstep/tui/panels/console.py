@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from itertools import accumulate
+from itertools import accumulate, islice
 
 from rich.cells import cell_len
 from rich.syntax import Syntax
@@ -37,11 +37,13 @@ class OutputLog(Log):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._returned = False  # a \r came last on the line: the next text replaces it
-        # wrapping: the rows each line takes at ``_wrap_width``, their running total, and the
-        # first line whose rows may have changed since (output only ever changes the last)
+        # wrapping: the rows each line takes at ``_wrap_width``, their running total (from
+        # ``_origin``, the rows of the lines pruned off the top: a prune shifts no total), and
+        # the first line whose rows may have changed since (output only changes the last)
         self._wrap_width = 0
         self._heights: list[int] = []
         self._ends: list[int] = []
+        self._origin = 0
         self._dirty = 0
 
     def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
@@ -73,12 +75,15 @@ class OutputLog(Log):
         removed = len(self._lines) - (self.max_lines or len(self._lines))
         super()._prune_max_lines()
         if removed > 0:
-            del self._heights[:removed]
+            counted = min(removed, len(self._ends))
+            if counted:
+                self._origin = self._ends[counted - 1]
+            del self._heights[:removed], self._ends[:removed]
             self._dirty = max(self._dirty - removed, 0)
 
     def clear(self) -> OutputLog:
         super().clear()
-        self._heights, self._ends, self._dirty = [], [], 0
+        self._heights, self._ends, self._origin, self._dirty = [], [], 0, 0
         return self
 
     def _wrap(self) -> None:
@@ -88,16 +93,18 @@ class OutputLog(Log):
         if width <= 0:
             return
         if width != self._wrap_width:
-            self._wrap_width, self._dirty = width, 0
+            self._wrap_width, self._dirty, self._origin = width, 0, 0
         count = self.line_count
-        dirty = min(self._dirty, len(self._heights))
+        dirty = min(self._dirty, len(self._heights), len(self._ends))
         process = self._process_line
-        del self._heights[dirty:]
-        self._heights.extend(max(1, -(-cell_len(process(line)) // width))
-                             for line in self._lines[dirty:count])
+        del self._heights[dirty:], self._ends[dirty:]
+        added = [max(1, -(-cell_len(process(line)) // width)) for line in self._lines[dirty:count]]
+        self._heights.extend(added)
+        base = self._ends[-1] if self._ends else self._origin
+        self._ends.extend(islice(accumulate(added, initial=base), 1, None))
         self._dirty = count
-        self._ends = list(accumulate(self._heights))
-        self.virtual_size = Size(width, self._ends[-1] if self._ends else 0)
+        rows = self._ends[-1] - self._origin if self._ends else 0
+        self.virtual_size = Size(width, rows)
 
     def render_line(self, y: int) -> Strip:
         """Row ``y`` on screen: a piece of the line it falls in, ``_wrap_width`` cells of it."""
@@ -107,11 +114,11 @@ class OutputLog(Log):
         if not width:
             return super().render_line(y)
         row = self.scroll_offset.y + y
-        index = bisect_right(self._ends, row)
+        index = bisect_right(self._ends, row + self._origin)
         style = self.rich_style
         if index >= len(self._heights):
             return Strip.blank(self.size.width, style)
-        start = (row - (self._ends[index] - self._heights[index])) * width
+        start = (row + self._origin - (self._ends[index] - self._heights[index])) * width
         strip = self._render_line_strip(index, style).crop_extend(start, start + width, style)
         return strip.apply_offsets(start, index).extend_cell_length(self.size.width, style)
 
