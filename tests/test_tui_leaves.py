@@ -206,3 +206,35 @@ async def test_a_pending_leaf_reads_pending_and_draws_no_bar() -> None:
         row = next(line for line in screen_text(app).splitlines() if " y " in line
                    and "pending" in line)
         assert "█" not in row and "▏" not in row, row
+
+
+@pytest.mark.parametrize("size", [(110, 32), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_leaves_that_come_after_the_first_frame_keep_the_scrollbar_s_room(
+        size: tuple[int, int]) -> None:
+    """Found running time_sequence_prediction at 110x32: the columns were fitted to the
+    panel before its leaves came, and the vertical scrollbar the leaves brought took a column
+    from them: "change" was cut and a horizontal scrollbar drew its thumb on the last row."""
+    from tests.test_tui_search import unrolled_events
+
+    events = unrolled_events(12)
+    for node in events[1]["nodes"]:  # a leaf of its own at every step: 13 rows, it scrolls
+        if node["name"] == "ViewBackward0":
+            node["next"] = [1000 + node["id"]]
+    events[1]["nodes"] += [{"id": 1000 + n["id"], "name": "AccumulateGrad", "next": [],
+                            "leaf": f"net.cell.step{n['id']}.weight", "source": None,
+                            "module": None}
+                           for n in list(events[1]["nodes"]) if n["name"] == "ViewBackward0"]
+    link = RecordingLink(events[:1], stop=1)  # the session only: the pass comes later
+    app = live_app(link)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        for event in events[1:]:
+            app.driver.reader.feed(event)
+        await settle(pilot)
+        panel = app.query_one(LeavesPanel)
+        assert panel.row_count == 14 and panel.max_scroll_y > 0
+        assert no_wider(panel) and panel.max_scroll_x == 0
+        if panel.region.bottom <= size[1]:  # on screen (at 80x24 a scroll away)
+            header = screen_text(app).splitlines()[panel.region.y + 1]
+            assert "change" in header, header

@@ -171,7 +171,10 @@ class LeavesPanel(RowList):
                       self._widths)
 
     def on_resize(self) -> None:
-        self.fit(self.scrollable_content_region.width)
+        """Fit the columns beside the vertical scrollbar, there or not yet: leaves that come
+        after the first frame bring it, and no resize follows (a column was cut, a horizontal
+        scrollbar drawn)."""
+        self.fit(self.content_region.width - self.styles.scrollbar_size_vertical)
 
     def fit(self, room: int) -> None:
         """Fit the columns to ``room`` cells; on a change, every row is made again (names
