@@ -171,10 +171,12 @@ class LeavesPanel(RowList):
                       self._widths)
 
     def on_resize(self) -> None:
-        """Fit the columns beside the vertical scrollbar, there or not yet: leaves that come
-        after the first frame bring it, and no resize follows (a column was cut, a horizontal
-        scrollbar drawn)."""
-        self.fit(self.content_region.width - self.styles.scrollbar_size_vertical)
+        self.fit(self.scrollable_content_region.width)
+
+    def watch_show_vertical_scrollbar(self) -> None:
+        """Leaves that come after the first frame bring a vertical scrollbar and no resize:
+        fitted again beside it (a column was cut, a horizontal scrollbar drawn)."""
+        self.call_after_refresh(lambda: self.fit(self.scrollable_content_region.width))
 
     def fit(self, room: int) -> None:
         """Fit the columns to ``room`` cells; on a change, every row is made again (names
