@@ -243,3 +243,21 @@ async def test_wrapped_rows_stay_right_when_the_oldest_lines_are_dropped() -> No
         width = log.scrollable_content_region.width
         want = sum(max(1, -(-len(line) // width)) for line in log.lines[:log.line_count])
         assert log.virtual_size.height == want
+
+
+@pilot
+async def test_a_wrapped_progress_bar_redraws_in_place() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        console = app.query_one(ConsolePanel)
+        console.write("epoch 1\n")
+        for done in range(0, 101, 20):  # a tqdm line wider than the console
+            console.write(f"\r{done:3d}% " + "#" * (done + 50))
+        await settle(pilot)
+        log = console.log_view
+        width = log.scrollable_content_region.width
+        assert console_lines(app) == ["epoch 1", "100% " + "#" * 150]
+        assert log.virtual_size.height == 1 + -(-155 // width)  # its rows, not every update's
+        console.write("\r  5% #\n")  # shorter again: one row
+        await settle(pilot)
+        assert log.virtual_size.height == 2
