@@ -103,6 +103,20 @@ async def test_goto_a_pass_and_step(trace: Path) -> None:
             assert graph is not None
 
 
+@pilot
+async def test_the_goto_dialog_fits_a_narrow_frame(trace: Path) -> None:
+    """A served UI in a notebook's frame can be narrower than the dialog's 60 columns: it
+    shrinks to the frame, its border whole."""
+    with TraceIndex(trace) as index:
+        app = replay_app(index)
+        async with app.run_test(size=(44, 24)) as pilot:
+            await pilot.pause()
+            await press(pilot, "g")
+            assert isinstance(app.screen, GotoDialog)
+            box = app.screen.query_one("#goto-box").region
+            assert app.screen.region.contains_region(box), box
+
+
 def glyphs_match(app: BackstepApp) -> bool:
     """Every row the graph has built shows its node's state at the snapshot shown."""
     graph = app.query_one(GraphPanel)

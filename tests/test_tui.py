@@ -473,3 +473,29 @@ async def test_second_pass_rebuilds_the_graph() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert "Graph · pass 2 · 5 nodes" in screen_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_the_tensor_view_fits_the_terminal(size: tuple[int, int]) -> None:
+    """Found on the regression example at 80x24: the tensor view was 110 columns wide, its
+    right border off the screen and a row of 8 values wrapped in the middle."""
+    app, link = make_app()
+    async with app.run_test(size=size) as pilot:
+        await open_tensor_view(app, pilot)
+        request = link.sent[-1]
+        app.driver.reader.feed({"event": "tensor", "req": request["req"], "shape": [20],
+                                "dtype": "float32", "numel": 20, "offset": 0,
+                                "values": [i + 0.5 for i in range(20)]})
+        await pilot.pause()
+        await pilot.pause()
+        box = app.screen.query_one("#tensor-box").region
+        assert app.screen.region.contains_region(box), (box, size)
+        rows = screen_text(app).splitlines()
+        assert rows[box.y][box.right - 1] == "█" and rows[box.bottom - 1][box.right - 1] == "█"
+        inner = [r[box.x + 1:box.right - 1].split() for r in rows[box.y:box.bottom]]
+        grid = [cells for cells in inner if cells and cells[0].isdigit()]
+        starts = [int(cells[0]) for cells in grid]  # each row's index, then its values
+        step = 8 if size[0] >= 110 else 4
+        assert starts == list(range(0, 20, step)), grid
+        assert [float(v) for cells in grid for v in cells[1:]] == [i + 0.5 for i in range(20)]

@@ -133,9 +133,12 @@ def inside(region: Any, box: Any) -> bool:
 
 
 @pytest.mark.parametrize("conditions", [0, 8])
-@pytest.mark.parametrize("size", SIZES, ids=ids)
+@pytest.mark.parametrize("size", SIZES + [(44, 24), (60, 30), (200, 50)],
+                         ids=ids + ["44x24", "60x30", "200x50"])
 @pilot
 async def test_the_breakpoint_dialog_fits(size: tuple[int, int], conditions: int) -> None:
+    """At every size, the Add button whole inside the border: under 66 columns (a notebook's
+    frame) the kind takes a row of its own, where the button was cut (issue 44)."""
     breakpoints = [{"kind": "node", "pattern": f"Node{i}Backward*"} for i in range(conditions)]
     app, _ = make_app(breakpoints=breakpoints)
     async with app.run_test(size=size) as pilot:
@@ -151,8 +154,11 @@ async def test_the_breakpoint_dialog_fits(size: tuple[int, int], conditions: int
             assert region.height and inside(region, box), (selector, region, box)
         value, add = dialog.query_one("#bp-value").region, dialog.query_one("#bp-add").region
         assert add.x > value.right  # a gap: the button's edge is not lost against the field
+        assert value.width >= 20 and add.width >= 9, (value, add)
         rows = screen_text(app).splitlines()
         assert "Add" in rows[add.y + 1][add.x:add.right]
+        assert rows[add.y][add.x:add.right].strip() == "▔" * add.width  # its edges whole
+        assert rows[add.bottom - 1][add.x:add.right].strip() == "▁" * add.width
         assert "Done" in rows[dialog.query_one("#bp-done").region.y + 1]
 
 
@@ -182,3 +188,76 @@ def test_the_last_screenful_counts_wrapped_rows() -> None:
     assert last_screenful(["x" * 200, "a", "b"], 4, 80) == ["a", "b"]  # 3 rows: no room
     assert last_screenful(["x" * 200, "a", "b"], 5, 80) == ["x" * 200, "a", "b"]
     assert last_screenful(["a", "", "b"], 10, 80) == ["a", "", "b"]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=ids)
+@pilot
+async def test_a_long_line_wraps_and_is_read_whole_with_no_stray_scrollbar(
+        size: tuple[int, int]) -> None:
+    """Issue 44: the console cut long lines at its edge, and the horizontal scrollbar that
+    followed drew its thumb on an empty last row (a glyph floating in the console)."""
+    app, _ = make_app()
+    long = " ".join(f"w{i:03d}" for i in range(30)) + " END"  # 153 cells: two rows at 80
+    async with app.run_test(size=size) as pilot:
+        console = app.query_one(ConsolePanel)
+        console.write("short line\n" + long + "\nlast line\n")
+        await settle(pilot)
+        log = console.log_view
+        assert log.max_scroll_x == 0 and not log.show_horizontal_scrollbar
+        box = log.content_region
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[0] == "short line" and rows[-1] == "last line", rows
+        assert "".join(rows[1:-1]) == long  # every word, wrapped at the panel's width
+        console.write("\n".join(f"more {i} " + long for i in range(20)) + "\n")  # it scrolls
+        await settle(pilot)
+        assert log.max_scroll_y > 0 and log.max_scroll_x == 0
+        box = log.scrollable_content_region  # the vertical scrollbar's room kept
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[-1].endswith("END") and long.endswith(rows[-1]), rows  # wrapped again
+        assert all(row for row in rows), rows  # no empty row (a scrollbar's)
+        assert all(len(row) <= box.width for row in rows)
+
+
+@pilot
+async def test_wrapped_rows_stay_right_when_the_oldest_lines_are_dropped() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        console = app.query_one(ConsolePanel)
+        log = console.log_view
+        log.max_lines = 30
+        for i in range(100):  # every third line wraps onto a second row
+            console.write(f"line {i:03d} " + ("x" * 150 if i % 3 == 0 else "") + "\n")
+        await settle(pilot)
+        width = log.scrollable_content_region.width
+        want = sum(max(1, -(-len(line) // width)) for line in log.lines[:log.line_count])
+        assert log.virtual_size.height == want and log.max_scroll_x == 0
+        box = log.scrollable_content_region
+        rows = [row[box.x:box.right].rstrip()
+                for row in screen_text(app).splitlines()[box.y:box.bottom]]
+        assert rows[-4:-1] == ["line 097", "line 098", ("line 099 " + "x" * 150)[:box.width]]
+        assert rows[-1] == "x" * (159 - box.width), rows  # line 099's second row
+        await pilot.resize_terminal(80, 24)  # a new width: every line wrapped again
+        await settle(pilot)
+        width = log.scrollable_content_region.width
+        want = sum(max(1, -(-len(line) // width)) for line in log.lines[:log.line_count])
+        assert log.virtual_size.height == want
+
+
+@pilot
+async def test_a_wrapped_progress_bar_redraws_in_place() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        console = app.query_one(ConsolePanel)
+        console.write("epoch 1\n")
+        for done in range(0, 101, 20):  # a tqdm line wider than the console
+            console.write(f"\r{done:3d}% " + "#" * (done + 50))
+        await settle(pilot)
+        log = console.log_view
+        width = log.scrollable_content_region.width
+        assert console_lines(app) == ["epoch 1", "100% " + "#" * 150]
+        assert log.virtual_size.height == 1 + -(-155 // width)  # its rows, not every update's
+        console.write("\r  5% #\n")  # shorter again: one row
+        await settle(pilot)
+        assert log.virtual_size.height == 2

@@ -201,7 +201,9 @@ async def test_saved_tensors_keep_their_status_and_cut_names_in_the_middle() -> 
         text = screen_text(app)
         assert "status" in line_with(text, "name", "tensor", "bytes")
         row = line_with(text, "[4096, 50257]")
-        assert "mat…" in row and "long " in row and "alive" in row and "4 B" in row, row
+        name = row.split("[4096")[0].split("│")[-1].strip()  # cut in the middle
+        assert name.startswith("mat") and "…" in name and name.endswith("long"), row
+        assert "alive" in row and "4 B" in row, row
         assert "total_weight" in text and "alive" in line_with(text, "total_weight")
 
 
@@ -222,3 +224,29 @@ async def test_module_view_rows_fit_the_panel(size: tuple[int, int]) -> None:
         text = screen_text(app)
         assert "AccGrad weight" in text  # five levels deep: the leaf kept whole, the name short
         assert no_wider(panel)  # none cut at the right
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_a_short_narrow_screen_draws_no_scrollbar_outside_the_panels(
+        size: tuple[int, int]) -> None:
+    """Issue 44: at 80x24 Source and Leaves are a scroll away, and the scrollbar of the row
+    that scrolls them into view sat outside the Gradients panel's border (its thumb drawn
+    beside it). The panels take the whole width; focus still scrolls the Leaves into view."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        main = app.query_one("#main")
+        assert main.max_scroll_y > 0  # Source and Leaves below, a scroll away
+        gradients = app.query_one("#gradients").region
+        assert gradients.right == size[0] == app.query_one("#saved").region.right
+        for row in screen_text(app).splitlines()[gradients.y:gradients.bottom]:
+            assert row[gradients.right - 1] in "╮│╯", row  # the border is the last column
+        for _ in range(6):  # tab to the Leaves (docs/run.md)
+            await pilot.press("tab")
+            if app.focused is app.query_one("#leaves"):
+                break
+        await settle(pilot)
+        assert app.focused is app.query_one("#leaves")
+        assert main.scroll_y > 0
+        assert app.screen.region.contains_region(app.query_one("#leaves").region)

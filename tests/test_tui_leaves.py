@@ -119,6 +119,9 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
             panel = app.query_one(LeavesPanel)
             rows = panel.row_count
             assert rows > 250
+            app.driver.jump(f"1:{len(app.snapshot.pass_.graph.nodes)}")  # the pass's last
+            await settle(pilot)  # step: every weight accumulated
+            assert "pending" not in screen_text(app)
             made: list[int] = []
             row_text = panel.row_text
 
@@ -127,7 +130,7 @@ async def test_a_pass_change_rewrites_the_rows_near_view_and_a_scroll_the_rest(
                 return row_text(index)
 
             panel.row_text = counted  # type: ignore[method-assign]
-            await pilot.press("right_square_bracket")  # every weight's carried norm moves
+            await pilot.press("right_square_bracket")  # every weight pending again
             await settle(pilot)
             assert 0 < len(made) <= panel.size.height  # only the rows drawn are made again
             assert all(i in panel.rows_in_view() for i in made)
@@ -182,3 +185,56 @@ def test_fit_number_loses_digits_not_the_number() -> None:
     assert fit_number(0.00423, 7, sign=True) == "+0.0042"
     assert fit_number(64.0, 7, sign=True) == "+64"
     assert fit_number(float("inf"), 7, sign=True) == "+inf"  # an overflowed difference
+
+
+@pilot
+async def test_a_pending_leaf_reads_pending_and_draws_no_bar() -> None:
+    """Issue 44: in pass 2, before a leaf's AccumulateGrad ran, its row drew the last pass's
+    ‖grad‖ bar beside an empty "before": read as this pass's gradient. It reads pending."""
+    from tests.tui_fixtures import two_passes_own_ids
+
+    app = live_app(RecordingLink(two_passes_own_ids(), stop=10))  # pass 2, before AccGrad y
+    async with app.run_test(size=(140, 42)) as pilot:
+        await settle(pilot)
+        assert app.snapshot.pass_.number == 2 and dict(app.snapshot.leaf_norms).get("y")
+        panel = app.query_one(LeavesPanel)
+        cells = {panel.row_cells(i)[0].plain.strip(): [c.plain.strip()
+                                                       for c in panel.row_cells(i)]
+                 for i in range(panel.row_count)}
+        assert cells["x"][2] == "64" and "█" in cells["x"][5]  # accumulated: its bar
+        assert cells["y"][2] == "pending" and cells["y"][5] == "", cells["y"]
+        row = next(line for line in screen_text(app).splitlines() if " y " in line
+                   and "pending" in line)
+        assert "█" not in row and "▏" not in row, row
+
+
+@pytest.mark.parametrize("size", [(110, 32), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_leaves_that_come_after_the_first_frame_keep_the_scrollbar_s_room(
+        size: tuple[int, int]) -> None:
+    """Found running time_sequence_prediction at 110x32: the columns were fitted to the
+    panel before its leaves came, and the vertical scrollbar the leaves brought took a column
+    from them: "change" was cut and a horizontal scrollbar drew its thumb on the last row."""
+    from tests.test_tui_search import unrolled_events
+
+    events = unrolled_events(12)
+    for node in events[1]["nodes"]:  # a leaf of its own at every step: 13 rows, it scrolls
+        if node["name"] == "ViewBackward0":
+            node["next"] = [1000 + node["id"]]
+    events[1]["nodes"] += [{"id": 1000 + n["id"], "name": "AccumulateGrad", "next": [],
+                            "leaf": f"net.cell.step{n['id']}.weight", "source": None,
+                            "module": None}
+                           for n in list(events[1]["nodes"]) if n["name"] == "ViewBackward0"]
+    link = RecordingLink(events[:1], stop=1)  # the session only: the pass comes later
+    app = live_app(link)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        for event in events[1:]:
+            app.driver.reader.feed(event)
+        await settle(pilot)
+        panel = app.query_one(LeavesPanel)
+        assert panel.row_count == 14 and panel.max_scroll_y > 0
+        assert no_wider(panel) and panel.max_scroll_x == 0
+        if panel.region.bottom <= size[1]:  # on screen (at 80x24 a scroll away)
+            header = screen_text(app).splitlines()[panel.region.y + 1]
+            assert "change" in header, header

@@ -3,6 +3,8 @@ and n steps again."""
 
 from __future__ import annotations
 
+import pytest
+
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.modules import ModulePanel
@@ -18,9 +20,10 @@ from tests.tui_fixtures import (
     RecordingLink,
     live_app,
     long_name_events,
+    no_wider,
     two_passes_own_ids,
 )
-from tests.tui_pilot import pilot, screen_text, type_query
+from tests.tui_pilot import pilot, screen_text, settle, type_query
 
 
 def graph() -> Graph:
@@ -123,3 +126,57 @@ async def test_search_while_reviewing_in_the_module_view() -> None:
         panel = app.query_one(ModulePanel)
         assert app.selected == MUL and app.focused is panel
         assert panel.cursor_node is not None and panel.cursor_node.data == ("node", MUL)
+
+
+def unrolled_events(steps: int = 20) -> list[dict]:
+    """An LSTM cell unrolled over ``steps`` time steps, as time_sequence_prediction's: a chain
+    of AddBackward0 with, at every step, the same three-node branch (AddmmBackward0, TBackward0,
+    ViewBackward0, all in ``net.cell`` from one forward line) into the shared weight."""
+    from tests.tui_fixtures import stop_at
+
+    def node(i: int, name: str, nxt: list[int], leaf: str | None = None) -> dict:
+        return {"id": i, "name": name, "next": nxt, "leaf": leaf, "module": "net.cell",
+                "source": None if leaf else {"file": "train.py", "line": 22,
+                                             "code": "h, c = self.cell(x, (h, c))"}}
+
+    weight = 4 * steps + 10
+    nodes = [node(1, "MeanBackward0", [2 + 4 * (steps - 1)])]
+    for t in range(steps):
+        a = 2 + 4 * t
+        nodes += [node(a, "AddBackward0", [a - 4 if t else weight + 1, a + 1]),
+                  node(a + 1, "AddmmBackward0", [a + 2]), node(a + 2, "TBackward0", [a + 3]),
+                  node(a + 3, "ViewBackward0", [weight])]
+    nodes += [node(weight, "AccumulateGrad", [], leaf="net.cell.weight"),
+              node(weight + 1, "AccumulateGrad", [], leaf="h0")]
+    begin = {"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
+             "retain_graph": False, "create_graph": False, "roots": [1], "inputs": None,
+             "nodes": nodes}
+    session = {"event": "session", "version": 1, "torch": "t", "argv": ["train.py"], "pid": 1}
+    return [session, begin, stop_at(begin, 1)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (110, 32), (200, 50)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pilot
+async def test_an_unrolled_loop_s_branch_rows_tell_apart_where_they_are(
+        size: tuple[int, int]) -> None:
+    """Issue 44: after / in an unrolled LSTM the graph showed 19 identical rows
+    "├ + ⑂ AddmmBackward0 +11 more": a branch row names its head's #id too (the module and
+    forward line are every step's same), and keeps it when the row is short of room."""
+    app = live_app(RecordingLink(unrolled_events()))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await type_query(pilot, "Addmm")
+        for _ in range(3):
+            await pilot.press("n")
+        await settle(pilot)
+        graph = app.query_one(GraphPanel)
+        branches = [line.node.label.plain for line in graph._tree_lines
+                    if line.node.data is not None and line.node.data.kind == "path"]
+        assert len(branches) == 19  # the twentieth step's branch is the heavy path
+        assert len(set(branches)) == 19, branches  # each says where it is
+        for label, line in zip(branches, [ln for ln in graph._tree_lines
+                                         if ln.node.data is not None
+                                         and ln.node.data.kind == "path"], strict=True):
+            assert f"#{line.node.data.node}" in label and "+2" in label, label
+        assert no_wider(graph)

@@ -151,3 +151,23 @@ def test_at_80_columns_the_recompute_note_gives_way_before_the_node_name() -> No
                        width=80).plain
     assert len(text) <= 80 and "before GeluBackward0 #15" in text, text
     assert " pass 2  (pass 1" in text, text
+
+
+@pilot
+async def test_keys_pressed_while_the_script_runs_say_so_once() -> None:
+    """Found running time_sequence_prediction at 80x24: n pressed five times while the script
+    ran stacked five "not paused" notices, 15 of the screen's 24 rows."""
+    from tests.tui_pilot import make_app
+
+    app, link = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        link.app = None  # the script runs on: no stop comes
+        await pilot.press("n")
+        assert app.waiting
+        for _ in range(5):
+            await pilot.press("n")
+        await pilot.pause()
+        await pilot.pause()
+        told = [n.message for n in app._notifications if "not paused" in n.message]
+        assert len(told) == 1, told

@@ -11,6 +11,7 @@ torch is not installed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -251,6 +252,7 @@ class BackstepApp(PlainText):
         self.searching: str | None = None  # the query while n / N browse the matches
         # the nodes a memory row chose (M, enter): n / N browse them as a search's matches
         self.picked: tuple[int, ...] | None = None
+        self._told: tuple[str, float] = ("", 0.0)  # ``paused``'s last notice and until when
 
     @property
     def shown(self) -> Snapshot:
@@ -485,10 +487,13 @@ class BackstepApp(PlainText):
         """The session is stopped and can take a command; else the person is told why not."""
         if self.snapshot.stop is not None and not self.waiting and self.gone is None:
             return True
-        if self.snapshot.exit is not None:
-            self.notify("the script has exited; q quits", timeout=2)
-        else:
-            self.notify("not paused: ctrl+c stops at the next node", timeout=2)
+        text = ("the script has exited; q quits" if self.snapshot.exit is not None
+                else "not paused: ctrl+c stops at the next node")
+        now = time.monotonic()
+        if self._told[0] != text or now >= self._told[1]:  # once while it shows: n pressed
+            # again and again as the script runs stacked a notice a press (15 of 24 rows)
+            self._told = (text, now + 2)
+            self.notify(text, timeout=2)
         return False
 
     def _resumed(self) -> None:

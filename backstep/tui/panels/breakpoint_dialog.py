@@ -53,6 +53,9 @@ class BreakpointDialog(ModalScreen[list[dict[str, Any]] | None]):
     """Add conditions, delete the highlighted one (delete key), then close with Done or escape."""
 
     BINDINGS = [Binding("escape", "done", "done"), Binding("delete", "remove", "remove")]
+    # under 66 columns the kind goes on a row of its own: beside it, the value and the Add
+    # button would be squeezed, the button cut by the dialog's border (a notebook's frame)
+    HORIZONTAL_BREAKPOINTS = [(0, "-cramped"), (66, "-roomy")]
 
     def __init__(self, breakpoints: list[dict[str, Any]]) -> None:
         super().__init__()
@@ -64,8 +67,9 @@ class BreakpointDialog(ModalScreen[list[dict[str, Any]] | None]):
             yield OptionList(id="bp-list")
             with Horizontal(id="bp-form"):
                 yield Select(KINDS, value="node", allow_blank=False, id="bp-kind")
-                yield Input(placeholder=PLACEHOLDERS["node"], id="bp-value")
-                yield Button("Add", id="bp-add", variant="primary")
+                with Horizontal(id="bp-entry"):
+                    yield Input(placeholder=PLACEHOLDERS["node"], id="bp-value")
+                    yield Button("Add", id="bp-add", variant="primary")
             yield Static("", id="bp-error")
             with Horizontal(id="bp-buttons"):
                 yield Button("Remove selected", id="bp-remove")

@@ -9,12 +9,17 @@ carriage return is then obeyed as a terminal's: a progress bar (tqdm) redraws it
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate, islice
 
+from rich.cells import cell_len
 from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import Input, Log, Static
 
 from backstep import safe_text
@@ -32,6 +37,14 @@ class OutputLog(Log):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._returned = False  # a \r came last on the line: the next text replaces it
+        # wrapping: the rows each line takes at ``_wrap_width``, their running total (from
+        # ``_origin``, the rows of the lines pruned off the top: a prune shifts no total), and
+        # the first line whose rows may have changed since (output only changes the last)
+        self._wrap_width = 0
+        self._heights: list[int] = []
+        self._ends: list[int] = []
+        self._origin = 0
+        self._dirty = 0
 
     def write(self, data: str, scroll_end: bool | None = None) -> OutputLog:
         if not self._returned and "\r" not in data:  # the usual output: in one write
@@ -49,15 +62,74 @@ class OutputLog(Log):
         return self
 
     def _write(self, data: str, scroll_end: bool | None) -> None:
+        self._dirty = min(self._dirty, max(len(self._lines) - 1, 0))
         super().write(data, scroll_end)
+        self._wrap()
         if (self.auto_scroll if scroll_end is None else scroll_end) and \
                 self.scroll_y < self.max_scroll_y:
             # the first line past its rows: Log scrolled before it had a scrollbar, which is
             # refused, and a held height (``ConsolePanel.hold_height``) brings no resize
             self.scroll_end(animate=False, x_axis=False)
 
+    def _prune_max_lines(self) -> None:
+        removed = len(self._lines) - (self.max_lines or len(self._lines))
+        super()._prune_max_lines()
+        if removed > 0:
+            counted = min(removed, len(self._ends))
+            if counted:
+                self._origin = self._ends[counted - 1]
+            del self._heights[:removed], self._ends[:removed]
+            self._dirty = max(self._dirty - removed, 0)
+
+    def clear(self) -> OutputLog:
+        super().clear()
+        self._heights, self._ends, self._origin, self._dirty = [], [], 0, 0
+        return self
+
+    def _wrap(self) -> None:
+        """Count the rows each line takes at the log's width (the lines changed since the
+        last count, or every line once the width changed) and size the log to them."""
+        width = self.scrollable_content_region.width
+        if width <= 0:
+            return
+        if width != self._wrap_width:
+            self._wrap_width, self._dirty, self._origin = width, 0, 0
+        count = self.line_count
+        dirty = min(self._dirty, len(self._heights), len(self._ends))
+        process = self._process_line
+        del self._heights[dirty:], self._ends[dirty:]
+        added = [max(1, -(-cell_len(process(line)) // width)) for line in self._lines[dirty:count]]
+        self._heights.extend(added)
+        base = self._ends[-1] if self._ends else self._origin
+        self._ends.extend(islice(accumulate(added, initial=base), 1, None))
+        self._dirty = count
+        rows = self._ends[-1] - self._origin if self._ends else 0
+        self.virtual_size = Size(width, rows)
+
+    def render_line(self, y: int) -> Strip:
+        """Row ``y`` on screen: a piece of the line it falls in, ``_wrap_width`` cells of it."""
+        width = self._wrap_width
+        if width != self.scrollable_content_region.width > 0:
+            self.call_later(self._wrap)  # a scrollbar came or went: wrap again, then redraw
+        if not width:
+            return super().render_line(y)
+        row = self.scroll_offset.y + y
+        index = bisect_right(self._ends, row + self._origin)
+        style = self.rich_style
+        if index >= len(self._heights):
+            return Strip.blank(self.size.width, style)
+        start = (row + self._origin - (self._ends[index] - self._heights[index])) * width
+        strip = self._render_line_strip(index, style).crop_extend(start, start + width, style)
+        return strip.apply_offsets(start, index).extend_cell_length(self.size.width, style)
+
+    def refresh_lines(self, y_start: int, line_count: int = 1) -> None:
+        """A line's rows are not its index once lines wrap: the few rows on screen all
+        redrawn."""
+        self.refresh()
+
     def on_resize(self) -> None:
         """It grows with the output (up to its most lines): the last line stays in view."""
+        self._wrap()
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 

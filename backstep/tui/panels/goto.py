@@ -28,7 +28,7 @@ class GotoDialog(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     DEFAULT_CSS = """
-    #goto-box { width: 60; height: auto; border: round $accent; padding: 0 1; }
+    #goto-box { width: 60; max-width: 100%; height: auto; border: round $accent; padding: 0 1; }
     GotoDialog { align: center middle; }
     """
 

@@ -160,17 +160,17 @@ class GraphPanel(LightTree[Row]):
             return text
         info = self._view.graph.nodes.get(row.node)
         name = info.name if info else "?"
-        if row.kind in ("link", "path"):  # fitted like a node's row: the tail goes, then the
-            # name is cut in the middle
+        if row.kind == "path":
+            return self._branch_label(row, name, self._room(row, indent) - 2)
+        if row.kind == "link":  # fitted like a node's row: the tail goes, then the name is
+            # cut in the middle
             room = self._room(row, indent) - 2
-            tail = f" #{row.node}" if row.kind == "link" else f"  +{row.count - 1} more"
+            tail = f" #{row.node}"
             if len(name) + len(tail) > room:
-                tail = "" if row.kind == "link" else f" +{row.count - 1}"
+                tail = ""
             if len(name) + len(tail) > room:
                 name = cut_middle(name, max(room - len(tail), 6))
-            if row.kind == "link":
-                return Text.assemble(("↪ ", "cyan"), (name, "cyan"), (tail, "dim"))
-            return Text.assemble(("⑂ ", "blue"), (name, ""), (tail, "dim"))
+            return Text.assemble(("↪ ", "cyan"), (name, "cyan"), (tail, "dim"))
         if row.kind == "chunk":
             assert self.layout_ is not None
             head = self.layout_.head[row.node]
@@ -221,6 +221,32 @@ class GraphPanel(LightTree[Row]):
         text.append(module, style="dim cyan")
         text.append(line, style="dim")
         return text
+
+    def _branch_label(self, row: Row, name: str, room: int) -> Text:
+        """A branch's row: its head's name and ``#id``, module path and source line, and
+        the nodes it folds. The rows of an unrolled loop's branches share the name, module
+        and line (one per time step, 19 alike after a search), so the id, which tells them
+        apart, stays: the words "more", the line, then the module give way first, then the
+        name is cut in the middle."""
+        assert self._view is not None
+        info = self._view.graph.nodes.get(row.node)
+        node_id = f" #{row.node}"
+        module = f" {info.module}" if info is not None and info.module else ""
+        line = ""
+        if info is not None and info.source and isinstance(info.source.get("line"), int):
+            line = f" :{info.source['line']}"
+        more = f"  +{row.count - 1} more"
+        if len(name) + len(node_id) + len(module) + len(line) + len(more) > room:
+            more = f" +{row.count - 1}"
+        if len(name) + len(node_id) + len(module) + len(line) + len(more) > room:
+            line = ""
+        rest = room - len(name) - len(node_id) - len(more)
+        if len(module) > rest:
+            module = f" {cut_left(module[1:], rest - 1)}" if rest > MIN_NAME else ""
+        if len(name) + len(node_id) + len(more) > room:
+            name = cut_middle(name, max(room - len(node_id) - len(more), 6))
+        return Text.assemble(("⑂ ", "blue"), (name, ""), (node_id, "dim"),
+                             (module, "dim cyan"), (line, "dim"), (more, "dim"))
 
     def _room(self, row: Row, indent: int) -> int:
         """The cells a row's label may take without running past the panel (a vertical

@@ -173,6 +173,11 @@ class LeavesPanel(RowList):
     def on_resize(self) -> None:
         self.fit(self.scrollable_content_region.width)
 
+    def watch_show_vertical_scrollbar(self) -> None:
+        """Leaves that come after the first frame bring a vertical scrollbar and no resize:
+        fitted again beside it (a column was cut, a horizontal scrollbar drawn)."""
+        self.call_after_refresh(lambda: self.fit(self.scrollable_content_region.width))
+
     def fit(self, room: int) -> None:
         """Fit the columns to ``room`` cells; on a change, every row is made again (names
         re-cut)."""
@@ -219,8 +224,8 @@ class LeavesPanel(RowList):
         inputs: list[object] = []
         for name in names:
             acc = accs.get(name)
-            if acc is None:
-                inputs.append((None, norms.get(name), where))
+            if acc is None:  # pending: its row reads so, whatever the norms
+                inputs.append("pending")
             else:
                 inputs.append((acc.before, acc.after, acc.retained, acc.passes_since_zeroed,
                                where))
@@ -265,9 +270,9 @@ class LeavesPanel(RowList):
         widths = self._widths
         label = name_label(name, acc is not None and acc.retained, widths[0] - 1)  # cell pads 1
         bar = widths[-1] - 1
-        if acc is None:
-            row: tuple[Text | str, ...] = (label, "", grad_text(None, pending=True), "", "",
-                                           scale.bar(snapshot.leaf_norms.get(name), bar))
+        if acc is None:  # no gradient yet this pass: "pending", and no bar (the norm of an
+            # earlier pass, drawn beside an empty "before", read as this pass's gradient)
+            row: tuple[Text | str, ...] = (label, "", grad_text(None, pending=True), "", "", "")
         else:
             norm = number(acc.after.get("norm")) if acc.after is not None else None
             row = (label, grad_text(acc.before, width=widths[1] - 1),

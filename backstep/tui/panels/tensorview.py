@@ -17,6 +17,14 @@ from backstep.tui.text.format import num, shape_text
 PAGE = 512
 
 
+def per_row(width: int) -> int:
+    """How many values a row of ``width`` cells holds: 8, else 4, 2 or 1 (the index at a
+    row's start stays a multiple of what a row holds); 8 before the layout is known."""
+    if width <= 0:
+        return 8
+    return next((n for n in (8, 4, 2) if 8 + 12 * n <= width), 1)  # its last space may go
+
+
 def values_grid(values: list[Any], offset: int, per_row: int = 8) -> Text:
     """Flat values with their flat index at the start of each row."""
     text = Text()
@@ -51,6 +59,7 @@ class TensorView(ModalScreen[None]):
         self.numel: int | None = None
         self.pending: int | None = None
         self.body = Static(Text("fetching values…", style="dim"), id="tensor-body")
+        self._values: tuple[list[Any], int] | None = None  # the page shown, and its offset
         self.header = Static(Text(title, style="bold"), id="tensor-title")
 
     def compose(self) -> ComposeResult:
@@ -82,8 +91,19 @@ class TensorView(ModalScreen[None]):
         self.header.update(Text.assemble(
             (self.title_text, "bold"), "  ", shape_text(event.get("shape")),
             f" {event.get('dtype', '')}", (f"  values {offset}–{end - 1} of {self.numel}", "dim")))
-        self.body.update(values_grid(values, offset))
+        self._values = (values, offset)
+        self._grid()
         return True
+
+    def _grid(self) -> None:
+        """The page's values in as many per row as the box has room for (at 80 columns a row
+        of 8 ran past the box and wrapped in the middle)."""
+        if self._values is not None:
+            room = self.query_one("#tensor-box").content_region.width - 2  # a scrollbar's
+            self.body.update(values_grid(*self._values, per_row=per_row(room)))
+
+    def on_resize(self) -> None:
+        self._grid()
 
     def error(self, message: str) -> None:
         self.pending = None
