@@ -30,6 +30,8 @@ class TraceAttachment(Attachment):
         self.path, inserted = ranks.trace_path(template, here)
         if inserted:
             ranks.say_inserted("backstep", template, here)
+        if self.plan is not None:
+            self.plan.trace_path = self.path  # tensors=True: their folder goes beside it
         self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
         from backstep.traces.compressed import GzipTrace, wants_gzip
 
