@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from backstep.engine.trip_tensors import folder_beside
+from tests.tui_pilot import pilot
 
 # a NaN in one element of the model's output at steps BAD (one sample's loss term): a few
 # hundred steps in; the optimizer skips a step whose gradients are not finite, as AMP does
@@ -232,3 +233,77 @@ def test_attach_takes_tensors(tmp_path: Path) -> None:
     saved = torch.load(tmp_path / "run.tensors" / "trip-1-pass-3.pt", weights_only=True)
     assert saved["name"] == "PowBackward0" and os.path.getsize(
         tmp_path / "run.tensors" / "trip-1-pass-3.pt") > 0
+
+
+def _console_text(app: Any) -> str:
+    from backstep.tui.panels.console import ConsolePanel
+
+    return "\n".join(app.query_one(ConsolePanel).log_view.lines)
+
+
+@pilot
+async def test_show_names_the_file_and_its_console_loads_it(
+        nan_run: tuple[Path, Any, Any]) -> None:
+    """At a tripped pass ``show`` says where the trip's tensors are, once, in the console; the
+    status line marks the trip; ``trip_tensors`` in its console is the file, for torch.load."""
+    from backstep.traces.index import TraceIndex
+    from backstep.tui.panels.console import ConsolePanel
+    from tests.tui_fixtures import replay_app
+
+    tmp_path = nan_run[0]
+    path = str(tmp_path / "run.tensors" / "trip-1-pass-301.pt")
+    with TraceIndex(tmp_path / "run.jsonl") as index:
+        app = replay_app(index)
+        async with app.run_test(size=(160, 42)) as pilot:
+            await pilot.pause()  # the trace holds passes 301, 302, 311, 312 in full: at 301
+            assert app.snapshot.pass_.number == 301
+            assert " trip 1" in str(app.query_one("#status").render())
+            text = _console_text(app)
+            assert f"its tensors: {path}" in text.replace("\n", "")
+            assert "torch.load(trip_tensors, weights_only=True)" in text.replace("\n", "")
+            line = app.query_one(ConsolePanel).expression_line
+            want = "('PowBackward0', 301, 1)"
+            for source in ("import torch",
+                           "d = torch.load(trip_tensors, weights_only=True)",
+                           "d['name'], d['pass'], int(d['grad_inputs'][0].isnan().sum())"):
+                if not line.display:
+                    await pilot.press("colon")
+                line.value = source
+                await pilot.press("enter")
+                for _ in range(500):
+                    await pilot.pause(0.02)
+                    if source in _console_text(app) and not app.evaluating:
+                        break
+            for _ in range(200):
+                if want in _console_text(app):
+                    break
+                await pilot.pause(0.02)
+            assert want in _console_text(app), _console_text(app)
+            app.driver.replay.jump(302)  # the pass after: recorded in full, no trip of its own
+            app.driver.post()
+            await pilot.pause()
+            assert " trip " not in str(app.query_one("#status").render())
+            assert app.driver.trip_names(302) == {"trip_tensors": None}
+            app.driver.replay.jump(311)
+            app.driver.post()
+            await pilot.pause()
+            assert " trip 2" in str(app.query_one("#status").render())
+            assert "trip-2-pass-311.pt" in _console_text(app).replace("\n", "")
+            assert app.driver.trip_names(301) == {"trip_tensors": path}
+
+
+def test_a_trace_that_names_a_file_outside_its_folder_is_not_followed(tmp_path: Path) -> None:
+    from backstep.traces.trips import tensors_path, trip_words
+
+    (tmp_path / "run.tensors").mkdir()
+    (tmp_path / "run.tensors" / "trip-1-pass-3.pt").write_bytes(b"x")
+    trace = str(tmp_path / "run.jsonl")
+    assert tensors_path(trace, "run.tensors/trip-1-pass-3.pt") == (
+        str(tmp_path / "run.tensors" / "trip-1-pass-3.pt"), None)
+    for hostile in ("/etc/passwd", "../x.pt", "run.tensors/../../x.pt"):
+        assert tensors_path(trace, hostile)[0] is None
+    assert tensors_path(trace, None) == (None, None)
+    words = trip_words({"n": 4, "trip": 2, "id": 7, "name": "MulBackward0", "detail": "NaN",
+                        "tensors": "run.tensors/trip-2-pass-4.pt"}, trace)
+    assert words.startswith("pass 4: --when trip 2 at MulBackward0 #7 (NaN); its tensors file ")
+    assert words.endswith("is not there (moved or deleted?)")
