@@ -307,3 +307,26 @@ def test_a_trace_that_names_a_file_outside_its_folder_is_not_followed(tmp_path: 
                         "tensors": "run.tensors/trip-2-pass-4.pt"}, trace)
     assert words.startswith("pass 4: --when trip 2 at MulBackward0 #7 (NaN); its tensors file ")
     assert words.endswith("is not there (moved or deleted?)")
+
+
+def test_a_gzip_trace_of_a_script_that_changes_folder(tmp_path: Path) -> None:
+    """The folder goes beside the trace wherever the script goes (``os.chdir``), for a gzip
+    trace too, and ``show``'s index finds the file from the trace it reads."""
+    from backstep.traces.index import TraceIndex
+    from backstep.traces.trips import tensors_path
+
+    (tmp_path / "train.py").write_text(SCRIPT.replace(
+        'if __name__ == "__main__":\n', 'if __name__ == "__main__":\n'
+        '    import os\n    os.makedirs("elsewhere", exist_ok=True)\n    os.chdir("elsewhere")\n'))
+    args = ["train.py", "4", "2"]
+    plain = _run(tmp_path, *args)
+    traced = _run(tmp_path, "-m", "backstep", "trace", "-o", "run.jsonl.gz", "--when",
+                  "nonfinite", "--tensors", *args)
+    assert (traced.returncode, traced.stdout, traced.stderr) == (
+        plain.returncode, plain.stdout, plain.stderr)
+    assert sorted(os.listdir(tmp_path / "run.tensors")) == ["trip-1-pass-3.pt"]
+    assert not (tmp_path / "elsewhere" / "run.tensors").exists()
+    with TraceIndex(tmp_path / "run.jsonl.gz") as index:
+        assert list(index.trips) == [3]
+        assert tensors_path(index.path, index.trips[3]["tensors"]) == (
+            str(tmp_path / "run.tensors" / "trip-1-pass-3.pt"), None)

@@ -136,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     chosen = args.output is not None
     args.output = rank_output(args.output)
-    plan.trace_path = args.output  # --tensors: their folder goes beside this rank's file
+    # --tensors: their folder goes beside this rank's file (wherever the script may chdir to)
+    plan.trace_path = os.path.abspath(args.output)
     refused = overwrites_source(args.output, args.script)
     if refused is not None:
         print(f"backstep trace: {refused}", file=sys.stderr)

@@ -82,9 +82,14 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def saved_tensors(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+FREED = ("freed: PyTorch lets a node's saved tensors go once it has run, unless "
+         "retain_graph=True (a trip found a few nodes late, on an accelerator, comes after)")
+
+
+def saved_tensors(values: dict[str, Any], status: dict[str, str]
+                  ) -> tuple[dict[str, Any], dict[str, str]]:
     """(readable saved tensors and scalars by name, unreadable ones by name with why), from
-    the console's ``saved`` (``console_eval.saved_values``)."""
+    the console's ``saved`` (``console_eval.saved_values``); ``status``: ``saved_status``'s."""
     saved: dict[str, Any] = {}
     unreadable: dict[str, str] = {}
 
@@ -97,7 +102,7 @@ def saved_tensors(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
                     f"{type(exc).__name__}: {exc}"
                 return None
         if isinstance(value, Unavailable):  # freed by an earlier pass, or packed by hooks
-            unreadable[name] = value.why
+            unreadable[name] = FREED if status.get(name) == "freed" else value.why
             return None
         return plain(value)
 
@@ -154,9 +159,10 @@ class TripTensors:
             "grad_inputs": (gradients(names["grad_inputs"]) if "grad_inputs" in names
                             else None),
         }
-        data["saved"], data["unreadable"] = saved_tensors(names.get("saved") or {})
-        data["status"] = {s["name"]: s["status"] for s in saved_status(node)
-                          if isinstance(s.get("name"), str)} if node is not None else {}
+        status = {s["name"]: s["status"] for s in saved_status(node)
+                  if isinstance(s.get("name"), str)} if node is not None else {}
+        data["saved"], data["unreadable"] = saved_tensors(names.get("saved") or {}, status)
+        data["status"] = status
         name = file_name(trip, number)
         path = os.path.join(self.folder, name)
         try:
