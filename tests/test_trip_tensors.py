@@ -259,13 +259,14 @@ async def test_show_names_the_file_and_its_console_loads_it(
             assert app.snapshot.pass_.number == 301
             assert " trip 1" in str(app.query_one("#status").render())
             text = _console_text(app)
-            assert f"its tensors: {path}" in text.replace("\n", "")
-            assert "torch.load(trip_tensors, weights_only=True)" in text.replace("\n", "")
+            assert "[backstep] pass 301: --when trip 1 at PowBackward0 #" in text
+            assert f"[backstep] its tensors: {path}\n" in text
+            assert "[backstep] in the console: import torch; t = torch.load(trip_tensors, " \
+                "weights_only=True), then t['grad_inputs']" in text
             line = app.query_one(ConsolePanel).expression_line
             want = "('PowBackward0', 301, 1)"
-            for source in ("import torch",
-                           "d = torch.load(trip_tensors, weights_only=True)",
-                           "d['name'], d['pass'], int(d['grad_inputs'][0].isnan().sum())"):
+            for source in ("import torch; t = torch.load(trip_tensors, weights_only=True)",
+                           "t['name'], t['pass'], int(t['grad_inputs'][0].isnan().sum())"):
                 if not line.display:
                     await pilot.press("colon")
                 line.value = source
@@ -288,7 +289,7 @@ async def test_show_names_the_file_and_its_console_loads_it(
             app.driver.post()
             await pilot.pause()
             assert " trip 2" in str(app.query_one("#status").render())
-            assert "trip-2-pass-311.pt" in _console_text(app).replace("\n", "")
+            assert "trip-2-pass-311.pt\n" in _console_text(app)
             assert app.driver.trip_names(301) == {"trip_tensors": path}
 
 
@@ -305,8 +306,12 @@ def test_a_trace_that_names_a_file_outside_its_folder_is_not_followed(tmp_path: 
     assert tensors_path(trace, None) == (None, None)
     words = trip_words({"n": 4, "trip": 2, "id": 7, "name": "MulBackward0", "detail": "NaN",
                         "tensors": "run.tensors/trip-2-pass-4.pt"}, trace)
-    assert words.startswith("pass 4: --when trip 2 at MulBackward0 #7 (NaN); its tensors file ")
-    assert words.endswith("is not there (moved or deleted?)")
+    assert words[0] == "pass 4: --when trip 2 at MulBackward0 #7 (NaN)"
+    assert words[1].startswith("its tensors file ") and words[1].endswith(
+        "is not there (moved or deleted?)") and len(words) == 2
+    words = trip_words({"n": 4, "trip": 2, "id": 7, "tensors": "/etc/passwd"}, trace)
+    assert words == ["pass 4: --when trip 2 at ? #7",
+                     "its tensors file is outside the trace's folder (not read)"]
 
 
 def test_a_gzip_trace_of_a_script_that_changes_folder(tmp_path: Path) -> None:

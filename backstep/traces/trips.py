@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-LOAD = "torch.load(trip_tensors, weights_only=True)"  # what show's console offers to run
+# what show's console offers to run (statements show nothing: the dict is t, then read)
+LOAD = "import torch; t = torch.load(trip_tensors, weights_only=True)"
 
 
 def tensors_path(trace_path: str, name: Any) -> tuple[str | None, str | None]:
@@ -26,8 +27,9 @@ def tensors_path(trace_path: str, name: Any) -> tuple[str | None, str | None]:
     return path, None
 
 
-def trip_words(trip: dict[str, Any], trace_path: str) -> str:
-    """One line: which trip this pass is, where it tripped, and where its tensors are."""
+def trip_words(trip: dict[str, Any], trace_path: str) -> list[str]:
+    """A line each: which trip this pass is and where it tripped; where its tensors are, and
+    how to load them (kept apart: the path is the one to read whole, in a narrow console)."""
     where = f"{trip.get('name') or '?'} #{trip.get('id')}"
     detail = trip.get("detail") or trip.get("reason")
     text = f"pass {trip.get('n')}: --when trip {trip.get('trip')} at {where}"
@@ -35,7 +37,8 @@ def trip_words(trip: dict[str, Any], trace_path: str) -> str:
         text += f" ({detail})"
     path, why = tensors_path(trace_path, trip.get("tensors"))
     if path is not None:
-        return f"{text}; its tensors: {path} (in the console: {LOAD})"
+        return [text, f"its tensors: {path}",
+                f"in the console: {LOAD}, then t['grad_inputs'], t['saved'], ..."]
     if why is not None:
-        return f"{text}; its tensors file {why}"
-    return text
+        return [text, f"its tensors file {why}"]
+    return [text]

@@ -211,7 +211,8 @@ class ReplayDriver:
         if pos is None or pos.number in self._trips_told or pos.number not in trips:
             return
         self._trips_told.add(pos.number)
-        self._note(trip_words(trips[pos.number], self.replay.index.path))
+        for line in trip_words(trips[pos.number], self.replay.index.path):
+            self._note(line)
 
     def trip_names(self, number: int) -> dict[str, Any]:
         """The console's ``trip_tensors`` in pass ``number``: its trip's file, or None."""
