@@ -335,3 +335,37 @@ def test_a_gzip_trace_of_a_script_that_changes_folder(tmp_path: Path) -> None:
         assert list(index.trips) == [3]
         assert tensors_path(index.path, index.trips[3]["tensors"]) == (
             str(tmp_path / "run.tensors" / "trip-1-pass-3.pt"), None)
+
+
+def test_a_torch_func_transform_s_tensors_are_named_unreadable(tmp_path: Path) -> None:
+    """Inside ``torch.func.grad`` the tensors wrap others and have no storage torch.save can
+    write: each is named unreadable with why, the file is still written, and the next trip's
+    (an ordinary pass) has its values. Before, one such tensor lost the file and every later
+    trip's."""
+    (tmp_path / "func.py").write_text(textwrap.dedent("""\
+        import torch
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 2)
+        x = torch.randn(4, 3)
+        def loss(x):
+            return torch.tanh(lin(x)).sum()
+        g = torch.func.grad(loss)(x)
+        print(g.sum().item())
+        loss(x).backward()
+        print(lin.weight.grad.sum().item())
+    """))
+    plain = _run(tmp_path, "func.py")
+    traced = _run(tmp_path, "-m", "backstep", "trace", "-o", "run.jsonl", "--when",
+                  "TanhBackward0", "--after", "0", "--tensors", "func.py")
+    assert (traced.returncode, traced.stdout, traced.stderr) == (
+        plain.returncode, plain.stdout, plain.stderr)
+    trips = _trips(tmp_path / "run.jsonl")
+    assert [t["tensors"] for t in trips] == ["run.tensors/trip-1-pass-1.pt",
+                                             "run.tensors/trip-2-pass-2.pt"]
+    wrapped = torch.load(tmp_path / trips[0]["tensors"], weights_only=True)
+    assert wrapped["grad_outputs"] == [None] and wrapped["grad_inputs"] == [None]
+    assert set(wrapped["unreadable"]) == {"grad_outputs[0]", "grad_inputs[0]", "result"}
+    assert all("no storage of its own" in why for why in wrapped["unreadable"].values())
+    ordinary = torch.load(tmp_path / trips[1]["tensors"], weights_only=True)
+    assert ordinary["unreadable"] == {} and ordinary["grad_outputs"][0].shape == (4, 2)
+    torch.testing.assert_close(ordinary["grad_outputs"][0], torch.ones(4, 2))

@@ -56,17 +56,28 @@ def copied(t: Any) -> torch.Tensor:
         out = t.detach().to("cpu", copy=True)
     if type(out) is not torch.Tensor:
         raise Unreadable(f"a tensor subclass ({type(t).__name__})")
+    if out.layout == torch.strided:
+        try:  # a torch.func transform's tensor (grad, vmap) wraps one: torch.save cannot
+            out.untyped_storage()
+        except Exception as exc:  # noqa: BLE001
+            raise Unreadable(f"no storage of its own to save ({exc})") from None
     return out
 
 
-def gradients(grads: Any) -> list[torch.Tensor | None]:
-    """A node's gradients as a list of copies (None where undefined or unreadable)."""
+def why(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, Unreadable) else f"{type(exc).__name__}: {exc}"
+
+
+def gradients(grads: Any, side: str, unreadable: dict[str, str]) -> list[torch.Tensor | None]:
+    """A node's gradients as a list of copies (None where undefined or unreadable: why goes
+    in ``unreadable`` as ``side[k]``)."""
     out: list[torch.Tensor | None] = []
-    for g in grads or ():
+    for k, g in enumerate(grads or ()):
         try:
             out.append(copied(g) if isinstance(g, torch.Tensor) else None)
-        except Exception:  # noqa: BLE001 - one unreadable gradient leaves the rest
+        except Exception as exc:  # noqa: BLE001 - one unreadable gradient leaves the rest
             out.append(None)
+            unreadable[f"{side}[{k}]"] = why(exc)
     return out
 
 
@@ -98,8 +109,7 @@ def saved_tensors(values: dict[str, Any], status: dict[str, str]
             try:
                 return copied(value)
             except Exception as exc:  # noqa: BLE001
-                unreadable[name] = str(exc) if isinstance(exc, Unreadable) else \
-                    f"{type(exc).__name__}: {exc}"
+                unreadable[name] = why(exc)
                 return None
         if isinstance(value, Unavailable):  # freed by an earlier pass, or packed by hooks
             unreadable[name] = FREED if status.get(name) == "freed" else value.why
@@ -151,29 +161,33 @@ class TripTensors:
         if not isinstance(number, int) or not isinstance(trip, int):
             return None
         node = names.get("node")
+        unreadable: dict[str, str] = {}
         data: dict[str, Any] = {
             "format": FORMAT, "pass": number, "trip": trip, "id": event.get("id"),
             "name": event.get("name"), "reason": event.get("reason"),
             "detail": event.get("detail"),
-            "grad_outputs": gradients(names.get("grad_outputs")),
-            "grad_inputs": (gradients(names["grad_inputs"]) if "grad_inputs" in names
-                            else None),
+            "grad_outputs": gradients(names.get("grad_outputs"), "grad_outputs", unreadable),
+            "grad_inputs": (gradients(names["grad_inputs"], "grad_inputs", unreadable)
+                            if "grad_inputs" in names else None),
         }
         status = {s["name"]: s["status"] for s in saved_status(node)
                   if isinstance(s.get("name"), str)} if node is not None else {}
-        data["saved"], data["unreadable"] = saved_tensors(names.get("saved") or {}, status)
+        data["saved"], saved_unreadable = saved_tensors(names.get("saved") or {}, status)
+        data["unreadable"] = {**unreadable, **saved_unreadable}
         data["status"] = status
         name = file_name(trip, number)
         path = os.path.join(self.folder, name)
         try:
             os.makedirs(self.folder, exist_ok=True)
             write(path, data)
-        except Exception as exc:  # noqa: BLE001 - a folder we cannot write is never fatal
+        except OSError as exc:  # a folder we cannot write is never fatal: said once
             self.broken = True
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
-                f"{type(exc).__name__}: {exc}"
-            print(f"backstep: --tensors: cannot write {path}: {why} (tracing goes on without "
-                  "the tensors)", file=sys.stderr)
+            print(f"backstep: --tensors: cannot write {path}: {exc.strerror or exc} (tracing "
+                  "goes on without the tensors)", file=sys.stderr)
+            return None
+        except Exception as exc:  # noqa: BLE001 - this trip's tensors only: the next may do
+            print(f"backstep: --tensors: trip {trip}'s tensors not saved: {why(exc)} (tracing "
+                  "goes on)", file=sys.stderr)
             return None
         if data["grad_inputs"] is None and node is not None:
             self._after_node(on, node, path, data)
@@ -192,7 +206,9 @@ class TripTensors:
                 return
             known = held.pop()
             try:
-                write(path, {**known, "grad_inputs": gradients(grad_inputs)})
+                unreadable = dict(known["unreadable"])
+                outgoing = gradients(grad_inputs, "grad_inputs", unreadable)
+                write(path, {**known, "grad_inputs": outgoing, "unreadable": unreadable})
             except Exception:  # noqa: BLE001, S110 - the first file stands
                 pass
 
