@@ -38,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="passes written in full after a trip (default 1)")
     parser.add_argument("--trips", default="3", metavar="N",
                         help="trips written before only history again (default 3)")
+    parser.add_argument("--tensors", action="store_true",
+                        help="at each --when trip, save the tripping node's gradients and "
+                        "saved tensors with torch.save, one file per trip in a folder beside "
+                        "the trace (run.jsonl -> run.tensors/trip-1-pass-N.pt)")
     add_script_arguments(parser, main)
 
 
@@ -56,7 +60,8 @@ def trace_plan(args: argparse.Namespace) -> Any:
     return TracePlan(number("--every", getattr(args, "every", None)),
                      getattr(args, "when", None),
                      number("--after", getattr(args, "after", "1")) or 0,
-                     number("--trips", getattr(args, "trips", "3")) or 0)
+                     number("--trips", getattr(args, "trips", "3")) or 0,
+                     tensors=bool(getattr(args, "tensors", False)))
 
 
 def child_path(output: str, pid: int) -> str:
@@ -131,6 +136,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     chosen = args.output is not None
     args.output = rank_output(args.output)
+    # --tensors: their folder goes beside this rank's file (wherever the script may chdir to)
+    plan.trace_path = os.path.abspath(args.output)
     refused = overwrites_source(args.output, args.script)
     if refused is not None:
         print(f"backstep trace: {refused}", file=sys.stderr)

@@ -26,6 +26,8 @@ class TracePlan:
             raise PlanError(f"--after needs a number of passes >= 0, not {after}")
         if trips < 1:
             raise PlanError(f"--trips needs a number >= 1, not {trips}")
+        if tensors and not when:
+            raise PlanError("--tensors saves the tensors of a --when trip: give --when SPEC too")
         self.specs: list[dict[str, Any]] = []
         for spec in when or ():
             try:
@@ -36,7 +38,8 @@ class TracePlan:
         self.every = every if every is not None else (None if self.specs else 1)
         self.after = after
         self.trips = trips
-        self.tensors = tensors
+        self.tensors = tensors  # save each trip's tensors beside the trace (engine/trip_tensors)
+        self.trace_path: str | None = None  # the trace's file, once known (its rank's)
         self.tripped = 0
         self.pending = 0  # passes still to record in full after a trip
         self.tripped_pass: int | None = None

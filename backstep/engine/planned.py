@@ -68,6 +68,10 @@ class PlannedCapture(Capture):
     def __init__(self, sink: Sink, plan: TracePlan) -> None:
         self.plan = plan
         controller = TripController(plan, sink) if plan.specs else None
+        if controller is not None and plan.tensors and plan.trace_path is not None:
+            from backstep.engine.trip_tensors import TripTensors
+
+            controller.on_trip = TripTensors(plan.trace_path)
         super().__init__(sink, controller, record=True)
         self.history = History()
 

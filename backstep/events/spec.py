@@ -352,7 +352,7 @@ EVENTS: dict[str, Event] = {
         "reason": F(STR_OR_NULL, "as a stop's: nonfinite, norm or breakpoint"),
         "detail": F(STR_OR_NULL, "which spec, in words, as a stop says it"),
         "tensors": F(STR_OR_NULL, "the torch.save file of the node's tensors (--tensors), "
-                     "or null"),
+                     "relative to the trace's folder, or null"),
     }, frozenset({TRACE}), required=("n",)),
     "stopped": Event("the debuggee paused at a node and waits for a command", {
         "pass": F(INT, "its pass"), "step": F(INT_OR_NULL, "the node's step"),

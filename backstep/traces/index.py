@@ -45,6 +45,7 @@ from backstep.traces.passes import (
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
 LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
 REJECTIONS_KEPT = 1000  # malformed lines whose reason is kept (the first ones found)
+TRIPS_KEPT = 1000  # ``trip`` events kept (trace --when: --trips of them, 3 by default)
 
 
 class TraceIndex:
@@ -66,6 +67,7 @@ class TraceIndex:
         self._line_mark = (0, 1)  # (offset, its line number): where line_of counts on from
         self.session: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
+        self.trips: dict[int, dict[str, Any]] = {}  # trace --when: a pass's trip (traces/trips)
         self.passes: dict[int, PassIndex] = {}
         self.problems: list[str] = []
         self.lines = 0
@@ -156,6 +158,10 @@ class TraceIndex:
                 self._check_version()
             elif kind == "exit":
                 self.exit = self._parse(begin, end)
+            elif kind == "trip" and len(self.trips) < TRIPS_KEPT:
+                trip = self._parse(begin, end)
+                if trip is not None and isinstance(trip.get("n"), int):
+                    self.trips.setdefault(trip["n"], trip)
             elif kind == "output":
                 self.output_starts.append(begin)
                 self.output_ends.append(end)

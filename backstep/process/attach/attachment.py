@@ -42,6 +42,7 @@ def attach(
     when: Sequence[str] = (),
     after: int = 1,
     trips: int = 3,
+    tensors: bool = False,
 ) -> None:
     """Arm backstep in this process; harmless when it is already armed (in a notebook, from
     another cell than the one whose frame shows the UI, the UI moves to this cell's output).
@@ -53,7 +54,7 @@ def attach(
     the UI is served to the browser and shown in the cell; ``serve="[HOST:]PORT"`` (or
     BACKSTEP_SERVE) serves it from anywhere, on that address (default: 127.0.0.1, any port).
     ``eager`` turns torch.compile off from here on (code compiled before is dropped), as
-    ``--eager`` does. With ``trace``, ``every``, ``when``, ``after`` and ``trips`` are
+    ``--eager`` does. With ``trace``, ``every``, ``when``, ``after``, ``trips`` and ``tensors`` are
     ``backstep trace``'s options (docs/trace.md): which passes are written in full, the others
     in brief (ValueError for a bad one); a ``trace`` name ending in ``.gz`` is written gzip.
     """
@@ -74,7 +75,7 @@ def attach(
         if trace:
             from backstep.engine.plan import TracePlan
 
-            plan = TracePlan(every, list(when), after, trips)  # PlanError: a ValueError
+            plan = TracePlan(every, list(when), after, trips, tensors)  # PlanError: a ValueError
         if trace:
             from backstep.process.attach.trace import TraceAttachment
 

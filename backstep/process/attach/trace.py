@@ -4,6 +4,7 @@ JSON-lines file, as ``backstep trace`` would."""
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 from typing import Any
 
@@ -30,6 +31,8 @@ class TraceAttachment(Attachment):
         self.path, inserted = ranks.trace_path(template, here)
         if inserted:
             ranks.say_inserted("backstep", template, here)
+        if self.plan is not None:
+            self.plan.trace_path = os.path.abspath(self.path)  # tensors=True: beside it
         self.stream = open(self.path, "wb")  # noqa: SIM115 - closed by stop() or at exit
         from backstep.traces.compressed import GzipTrace, wants_gzip
 

@@ -16,6 +16,7 @@ from textual.timer import Timer
 
 from backstep import safe_text
 from backstep.traces.index import TraceIndex
+from backstep.traces.trips import tensors_path, trip_words
 from backstep.tui.messages import Evaluated, SnapshotReady
 from backstep.tui.panels.console import ConsolePanel
 from backstep.tui.panels.goto import parse_goto
@@ -89,6 +90,7 @@ class ReplayDriver:
         self._notes: list[str] = []  # backstep's own lines in the console, kept on a redraw
         self._cut_told = False  # the trace was cut while open, and the person told so
         self._refused_told: set[int] = set()  # passes too big to read, the person told so
+        self._trips_told: set[int] = set()  # passes a --when spec tripped in, said once each
         self._output_shown = 0  # output events in the console: those printed before the cursor
         self._ahead: Timer | None = None  # opens the next pass once the person is reading
         self._post_waiting = False  # a move's drawing is queued behind the keys that wait
@@ -181,6 +183,7 @@ class ReplayDriver:
                        markup=False)
         self._show_output()
         self._tell_refused()
+        self._tell_trip()
         if self._ahead is not None:
             self._ahead.stop()
         self._ahead = app.set_timer(AHEAD_AFTER, self._prepare)
@@ -199,6 +202,23 @@ class ReplayDriver:
             self._refused_told.add(pos.number)
             self._note(refused)
             self._app().notify(refused, severity="warning", timeout=10, markup=False)
+
+    def _tell_trip(self) -> None:
+        """A pass a ``--when`` spec tripped in, reached: where, and where its tensors are
+        (``trace --tensors``), said once in the console (``traces/trips``)."""
+        pos = self.replay.position
+        trips = self.replay.index.trips
+        if pos is None or pos.number in self._trips_told or pos.number not in trips:
+            return
+        self._trips_told.add(pos.number)
+        for line in trip_words(trips[pos.number], self.replay.index.path):
+            self._note(line)
+
+    def trip_names(self, number: int) -> dict[str, Any]:
+        """The console's ``trip_tensors`` in pass ``number``: its trip's file, or None."""
+        trip = self.replay.index.trips.get(number)
+        path = tensors_path(self.replay.index.path, trip.get("tensors"))[0] if trip else None
+        return {"trip_tensors": path}
 
     def _collect(self) -> None:
         """The person has been reading a while: the collector's work now, not during a key."""
@@ -301,7 +321,7 @@ class ReplayDriver:
         """Run the line in a thread (ctrl+c interrupts it), over what the trace recorded."""
         app = self._app()
         if self.trace_console is None:
-            self.trace_console = TraceConsole()
+            self.trace_console = TraceConsole(self.trip_names)
         console = self.trace_console
 
         def run() -> None:
@@ -388,6 +408,9 @@ class ReplayDriver:
                 text.append(" retain_graph", style="yellow")
             if view.parent is not None:
                 text.append(f" nested in pass {view.parent}", style="yellow")
+            trip = self.replay.index.trips.get(view.number)
+            if trip is not None:  # trace --when: written in full from the tripping node on
+                text.append(f" trip {trip.get('trip')}", style="bold yellow")
             stop = snap.stop
             if stop is not None:
                 text.append(f"  step {stop.step} of {total}  ")

@@ -8,7 +8,7 @@ No torch here (``tui`` never imports it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from backstep.console_core import Evaluator
@@ -71,7 +71,9 @@ def refused_edit(name: str) -> Any:
 class TraceConsole:
     """One namespace per place in the trace: statements persist while the cursor stays."""
 
-    def __init__(self) -> None:
+    def __init__(self, names_at: Callable[[int], dict[str, Any]] | None = None) -> None:
+        # names of the cursor's pass beside the recorded ones (show: ``trip_tensors``)
+        self.names_at = names_at
         self.place: tuple[Any, ...] | None = None
         self.evaluator: Evaluator | None = None
         self.told = False  # the note about tensors was shown once
@@ -85,7 +87,10 @@ class TraceConsole:
             if self.evaluator is not None:
                 self.evaluator.close()
             self.place = place
-            self.evaluator = Evaluator(namespace(snapshot, node_id))
+            names = namespace(snapshot, node_id)
+            if self.names_at is not None and view is not None:
+                names.update(self.names_at(view.number))
+            self.evaluator = Evaluator(names)
         _ok, text = self.evaluator.evaluate(source)
         if not self.told:
             self.told = True
