@@ -80,31 +80,20 @@ def graph_leaves(roots: Iterable[Any]) -> list[Any]:
     return out
 
 
-def graph_leaves_in(graph: Any, roots: list[int]) -> list[Any]:
+def graph_leaves_in(graph: Any) -> list[Any]:
     """``graph_leaves`` of a pass whose ``Graph`` (``engine/graph``) the capture built anyway
-    (a pass it hooks), ``roots`` its roots' indices in order: the same leaves in the same
-    order, from the graph's edges (each node's ``next_functions`` in order, None included),
-    without walking ``next_functions`` a second time."""
-    nodes, edges = graph.nodes, graph.edges
+    (a pass it hooks): the same leaves in the same order, read from the order its walk took
+    the nodes (``popped``: the same walk), without walking ``next_functions`` again."""
+    nodes = graph.nodes
     accumulate = _accumulate_type()
-    stack = list(roots)
-    seen = [False] * len(nodes)
-    for i in stack:
-        seen[i] = True
     out: list[Any] = []
-    push = stack.append
-    while stack:
-        i = stack.pop()
+    for i in graph.popped:
         fn = nodes[i]
-        if type(fn) is accumulate:
+        kind = type(fn)
+        if kind is accumulate:
             out.append(fn.variable)
-            continue
-        if type(fn).__name__ == FSDP_POST_BACKWARD:
+        elif kind.__name__ == FSDP_POST_BACKWARD:
             return []
-        for j in edges[i]:
-            if j is not None and not seen[j]:
-                seen[j] = True
-                push(j)
     return out
 
 

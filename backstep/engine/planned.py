@@ -91,7 +91,7 @@ class PlannedCapture(Capture):
             if leaves is None:  # the leaves of the graph the capture walked (``_end``)
                 walked, self._local.walked = getattr(self._local, "walked", None), None
                 try:
-                    leaves = (graph_leaves_in(*walked) if walked is not None
+                    leaves = (graph_leaves_in(walked) if walked is not None
                               else self.history.before(t_outputs))
                 except Exception:  # noqa: BLE001
                     leaves = []
@@ -106,10 +106,10 @@ class PlannedCapture(Capture):
             del frame
 
     def _end(self, p: Any, exc: BaseException | None) -> None:
-        """Keep the pass's graph and roots for its history (one walk of the graph a pass): the
+        """Keep the pass's graph for its history (one walk of the graph a pass): the
         ``_run`` that follows at once on this thread takes them (a nested pass's first)."""
-        walked = (p.graph, p.options.get("roots")) if p.graph is not None else None
+        walked = p.graph
         try:
             super()._end(p, exc)
         finally:
-            self._local.walked = walked if walked is not None and walked[1] is not None else None
+            self._local.walked = walked
