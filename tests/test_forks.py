@@ -122,8 +122,9 @@ def test_trace_children_records_each_fork_to_its_own_file(tmp_path: Path) -> Non
     events = [expand(json.loads(line)) for line in children[0].read_text().splitlines()]
     assert events[0]["event"] == "session" and events[0]["pid"] == pid
     assert events[0]["parent"] == main[0]["pid"]
+    # the parent's plan (every pass in full, and its history line), as the parent's own file
     assert kinds(events) == ["session", "pass_begin", "memory", *["node"] * 4, "accumulate",
-                             "memory_end", "pass_end", "output", "exit"]
+                             "memory_end", "pass_end", "leaves", "history", "output", "exit"]
     assert events[-2]["text"].startswith("child ")  # its print, in its own file
     assert events[1]["pass"] == 1 and events[-1]["code"] == 0
 
@@ -265,3 +266,56 @@ def test_a_fork_lets_go_of_the_channel_without_shutdown_or_deadlock(tmp_path: Pa
     result = subprocess.run([sys.executable, "abandon.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=60)
     assert result.stdout.strip() == "0 [{'event': 'still here'}]", result.stderr
+
+
+# a fork that trains on its own: its third pass makes an Inf (sqrt's gradient at 0)
+PLANNED = textwrap.dedent(
+    """\
+    import os
+    import torch
+
+
+    def train(passes, bad):
+        w = torch.ones(4, requires_grad=True)
+        for n in range(1, passes + 1):
+            x = torch.full((4,), 0.0 if n == bad else 2.0)
+            (w * x).sqrt().sum().backward()
+        return w.grad.tolist()
+
+
+    if __name__ == "__main__":
+        print("parent", train(2, 0), flush=True)
+        pid = os.fork()
+        if pid == 0:
+            print("child", train(5, 3), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent again", train(1, 0), flush=True)
+    """
+)
+
+
+def test_trace_children_follow_the_plan(tmp_path: Path) -> None:
+    """``--when``/``--after``/``--trips`` reached the parent only: a child's trace recorded
+    every pass in full, without a history line. Each child follows the plan from its own
+    first pass, with trips of its own."""
+    (tmp_path / "planned.py").write_text(PLANNED)
+    plain = subprocess.run([sys.executable, "planned.py"], cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    out = tmp_path / "run.jsonl"
+    traced = subprocess.run([sys.executable, "-m", "backstep", "trace", "--children", "-o",
+                             str(out), "--when", "nonfinite", "--after", "1", "planned.py"],
+                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert (traced.returncode, traced.stdout) == (plain.returncode, plain.stdout)
+    main = [expand(json.loads(line)) for line in out.read_text().splitlines()]
+    assert [e["n"] for e in main if e["event"] == "history"] == [1, 2, 3]
+    assert not [e for e in main if e["event"] in ("pass_begin", "trip")]  # nothing tripped
+    (child,) = tmp_path.glob("run.*.jsonl")
+    events = [expand(json.loads(line)) for line in child.read_text().splitlines()]
+    assert [e["n"] for e in events if e["event"] == "history"] == [1, 2, 3, 4, 5]
+    (trip,) = [e for e in events if e["event"] == "trip"]
+    assert (trip["n"], trip["trip"], trip["reason"], trip["name"]) == (
+        3, 1, "nonfinite", "SqrtBackward0")
+    # the tripping pass from its birth node on, and the one after it: no others in full
+    assert sorted({e["pass"] for e in events if e["event"] == "pass_begin"}) == [3, 4]
+    assert events[-1]["event"] == "exit" and events[-1]["code"] == 0

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from backstep.engine.history import History, encode_floats, ranges
+from backstep.engine.graph import Graph, gradient_edge
+from backstep.engine.history import (
+    History,
+    encode_floats,
+    graph_leaves,
+    graph_leaves_in,
+    ranges,
+)
 from backstep.engine.recorder import JsonlRecorder
 from backstep.traces.history_file import decode_floats, parse_ranges
 
@@ -113,6 +120,24 @@ def test_history_is_at_most_16_bytes_per_leaf_per_pass() -> None:
     assert len(leaves) == 150
     per_leaf = sum(sizes) / len(sizes) / 150
     assert per_leaf <= 16, per_leaf
+
+
+def test_the_leaves_of_a_hooked_pass_are_those_of_the_history_walk() -> None:
+    """A pass the capture hooks gives the history its leaves from the graph it built: the same
+    leaves in the same order (their numbers, the file's columns), roots repeated, a leaf as a
+    root and shared parameters included."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    w = torch.randn(2, requires_grad=True)
+    x = torch.randn(3, 4)
+    a = (model(x) * w).sum()
+    b = (model(x).exp() + model[0].weight.sum()).sum()
+    for outputs in [(a,), (a, b), (b, a, a), (w, a)]:
+        edges = [gradient_edge(t) for t in outputs]
+        graph = Graph([e[0] for e in edges if e is not None])
+        walked = graph_leaves([e[0] for e in edges if e is not None])
+        assert walked and [id(t) for t in graph_leaves_in(graph)] == [
+            id(t) for t in walked]
 
 
 def test_encoding_round_trips() -> None:

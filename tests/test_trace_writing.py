@@ -9,6 +9,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,42 @@ def test_a_full_file_system_cuts_the_trace_not_the_script(tmp_path: Path) -> Non
     shown = subprocess.run([sys.executable, "-m", "backstep", "export", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and shown.stdout.startswith("digraph")
+
+
+TRAINING_GZ = """\
+    import torch
+    torch.manual_seed(0)
+    w = torch.randn(64, requires_grad=True)
+    for i in range(400):  # random gradients: 64 KiB of gzip well before the end
+        (w * torch.randn(64)).tanh().sum().backward()
+    print("trained", float(w.grad.sum()))
+    raise SystemExit(3)
+"""
+
+
+def test_a_full_file_system_cuts_a_gzip_trace_and_counts_its_events(tmp_path: Path) -> None:
+    """The gzip trace's cut-back counted newline bytes of the compressed file (and cut the
+    stream at the last one): the one line said "after event 295" of a file holding 4,387. It
+    counts the events a reader reads back, and leaves the compressed stream as it was written."""
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(TRAINING_GZ))
+    plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True,
+                           timeout=300)
+    done = trace(tmp_path, "-o", "out.jsonl.gz", str(job), preexec_fn=limited)
+    assert (done.returncode, done.stdout) == (plain.returncode, plain.stdout) == (3, done.stdout)
+    out = tmp_path / "out.jsonl.gz"
+    raw = out.read_bytes()
+    assert 0 < len(raw) <= LIMIT
+    text = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw)  # as far as it goes
+    lines = text.split(b"\n")[:-1]  # the whole ones
+    assert 1000 < len(lines) and all(json.loads(line) for line in lines)
+    assert done.stderr == plain.stderr + (
+        f"backstep: the trace out.jsonl.gz is cut after event {len(lines)} "
+        "(File too large, EFBIG): the rest of the run was not recorded\n")
+    assert text.startswith(b'{"event":"session"')
+    shown = subprocess.run([sys.executable, "-m", "backstep", "history", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and len(shown.stdout.splitlines()) > 100
 
 
 @pytest.mark.parametrize("name", ["job.py", "other.py"])

@@ -68,9 +68,11 @@ _GRADIENT_EDGE = torch.autograd.graph.GradientEdge
 
 
 class Graph:
-    """Nodes in walk order (roots first), their ids, and edges as local indices."""
+    """Nodes in walk order (roots first), their ids, and edges as local indices; ``popped``:
+    the nodes' indices in the order the walk took them off its stack (the order in which
+    ``history`` numbers a pass's leaves, read here without walking the graph again)."""
 
-    __slots__ = ("nodes", "index", "edges", "_ids", "_names")
+    __slots__ = ("nodes", "index", "edges", "popped", "_ids", "_names")
 
     def __init__(self, roots: list[Any]) -> None:
         nodes: list[Any] = []
@@ -83,9 +85,12 @@ class Graph:
                 nodes.append(root)
                 edges.append([])
                 stack.append(root)
+        popped: list[int] = []
         while stack:
             node = stack.pop()
-            out = edges[index[node]]
+            at = index[node]
+            popped.append(at)
+            out = edges[at]
             for child, _ in node.next_functions:
                 if child is None:
                     out.append(None)
@@ -100,6 +105,7 @@ class Graph:
         self.nodes = nodes
         self.index = index
         self.edges = edges
+        self.popped = popped
         self._ids: list[int] | None = None
         self._names: list[str] | None = None
 

@@ -1,7 +1,8 @@
 """A ``history`` event for every backward pass: the loss and every leaf's gradient in brief.
 
 After a pass, each leaf's ``.grad`` is reduced on its own device with grouped kernels
-(``torch._foreach_norm`` with ord 2 and ord inf: ‖grad‖ and max|grad|), the loss appended, and
+(``torch._foreach_norm`` with ord 2 and ord inf: ‖grad‖ and max|grad|; on CPU, where those
+loop tensor by tensor, same-shaped small gradients stacked into rows), the loss appended, and
 the lot read to the host in one transfer per device (one a pass on a one-device model). A norm
 is non-finite when a value is (or when the norm overflows), so the exact non-finite count is
 computed only for the tensors whose norm is not finite: a second read only in a pass that has
@@ -76,6 +77,23 @@ def graph_leaves(roots: Iterable[Any]) -> list[Any]:
             if nxt is not None and nxt not in seen:
                 add(nxt)
                 push(nxt)
+    return out
+
+
+def graph_leaves_in(graph: Any) -> list[Any]:
+    """``graph_leaves`` of a pass whose ``Graph`` (``engine/graph``) the capture built anyway
+    (a pass it hooks): the same leaves in the same order, read from the order its walk took
+    the nodes (``popped``: the same walk), without walking ``next_functions`` again."""
+    nodes = graph.nodes
+    accumulate = _accumulate_type()
+    out: list[Any] = []
+    for i in graph.popped:
+        fn = nodes[i]
+        kind = type(fn)
+        if kind is accumulate:
+            out.append(fn.variable)
+        elif kind.__name__ == FSDP_POST_BACKWARD:
+            return []
     return out
 
 
@@ -189,8 +207,11 @@ class History:
         found: list[tuple[int, float, float, Any]] = []
         for device, items in by_device.items():
             grads = [g for _, g in items]
-            norms = torch._foreach_norm(grads, 2)
-            parts = [_stack(norms), _abs_max(grads)]
+            if device.type == "cpu":
+                parts = list(_cpu_reductions(grads))
+            else:
+                parts = [_stack(torch._foreach_norm(grads, 2)),
+                         _stack(torch._foreach_norm(grads, math.inf))]
             with_loss = loss_t is not None and loss_t.device == device
             if with_loss:
                 parts.append(loss_t)
@@ -214,25 +235,37 @@ class History:
                 [f[0] for f in found])
 
 
-def _abs_max(grads: list[Any]) -> Any:
-    """Each gradient's max |value| as one float32 tensor on their device. On CPU
-    ``_foreach_norm`` with ord inf runs 4x slower than a plain read: small gradients take the
-    grouped ``abs`` and ``max`` (a copy of a small tensor costs little), large ones one
-    ``aminmax`` each (no copy); elsewhere the grouped kernel."""
-    if grads[0].device.type != "cpu":
-        return _stack(torch._foreach_norm(grads, math.inf))
-    small = [k for k, g in enumerate(grads) if g.numel() <= _SMALL]
-    out = torch.empty(len(grads), dtype=torch.float32)
-    if small:
-        maxes = torch._foreach_max(torch._foreach_abs([grads[k] for k in small]))
-        out[small] = _stack(maxes)
-    large = [k for k, g in enumerate(grads) if g.numel() > _SMALL]
+def _cpu_reductions(grads: list[Any]) -> tuple[Any, Any]:
+    """Each gradient's ‖g‖ and max|g|, as two float32 tensors, on CPU. There ``_foreach_*``
+    loops over the tensors, a few microseconds each whatever their size (and ord inf runs 4x
+    slower than a plain read): 5 ms a pass for 384 small leaves. Small gradients of one shape
+    and dtype (a layer's, repeated down the model) are stacked and reduced as rows, a few
+    kernels for the lot; a large one (no copy) takes one norm and one ``aminmax`` of its own."""
+    count = len(grads)
+    norms = torch.empty(count, dtype=torch.float32)
+    maxes = torch.empty(count, dtype=torch.float32)
+    groups: dict[Any, list[int]] = {}
+    large: list[int] = []
+    for k, g in enumerate(grads):
+        if g.numel() > _SMALL:
+            large.append(k)
+        else:
+            groups.setdefault((g.shape, g.dtype), []).append(k)
+    for members in groups.values():
+        rows = torch.stack([grads[k] for k in members]).reshape(len(members), -1)
+        # in the gradients' dtype, as ``_foreach_norm`` (and ``grad.norm()``) gives it
+        norms[members] = torch.linalg.vector_norm(rows, dim=1).to(torch.float32)
+        # amax and amin: two quick row reductions (aminmax over a dim is 7x slower); NaN stays
+        maxes[members] = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg()).to(
+            torch.float32)
     if large:
-        pairs = [grads[k].aminmax() for k in large]
+        big = [grads[k] for k in large]
+        norms[large] = _stack(torch._foreach_norm(big, 2))
+        pairs = [g.aminmax() for g in big]
         lows = torch.stack([p.min.to(torch.float32) for p in pairs])
         highs = torch.stack([p.max.to(torch.float32) for p in pairs])
-        out[large] = torch.maximum(highs, lows.neg())
-    return out
+        maxes[large] = torch.maximum(highs, lows.neg())
+    return norms, maxes
 
 
 def _stack(values: list[Any]) -> Any:
@@ -242,7 +275,7 @@ def _stack(values: list[Any]) -> Any:
     return torch.stack([t.to(torch.float32) for t in values])
 
 
-_SMALL = 1 << 16  # elements: a gradient this small is copied for the grouped max
+_SMALL = 1 << 16  # elements: a gradient this small is copied into its group's rows
 
 
 def _number(value: float | None) -> float | str | None:

@@ -4,6 +4,7 @@ without importing torch (the capture that follows the plan is ``engine/planned``
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -44,6 +45,16 @@ class TracePlan:
         self.pending = 0  # passes still to record in full after a trip
         self.tripped_pass: int | None = None
         self._lock = threading.Lock()
+
+    def fresh(self) -> TracePlan:
+        """The same options, no trip yet: a forked child's trace (``--children``) follows the
+        plan from its own first pass, its file being its own, with a lock of its own (one
+        copied at the fork may be held by a thread the child does not have)."""
+        plan = copy.copy(self)
+        plan.specs = [dict(spec) for spec in self.specs]
+        plan.tripped, plan.pending, plan.tripped_pass = 0, 0, None
+        plan._lock = threading.Lock()
+        return plan
 
     @property
     def armed(self) -> bool:

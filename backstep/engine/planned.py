@@ -21,7 +21,7 @@ import torch
 from backstep.engine import naming
 from backstep.engine.capture import Capture
 from backstep.engine.controller import Controller
-from backstep.engine.history import History
+from backstep.engine.history import History, graph_leaves_in
 from backstep.engine.plan import TracePlan
 from backstep.engine.recorder import Sink
 from backstep.engine.torch_api import compile_tracing
@@ -80,14 +80,25 @@ class PlannedCapture(Capture):
             return original(t_outputs, *args, **kwargs)
         number = self.passes + 1
         self.record = self.plan.full(number)
-        try:
-            leaves = self.history.before(t_outputs)
-        except Exception:  # noqa: BLE001 - no history is never the script's problem
-            leaves = []
+        controller = self.controller
+        leaves: list[Any] | None = None
+        if not (self.record or (controller is not None and controller.live())):
+            try:  # a pass the capture will not hook: the history walks the graph itself
+                leaves = self.history.before(t_outputs)
+            except Exception:  # noqa: BLE001 - no history is never the script's problem
+                leaves = []
+        self._local.walked = None
         frame = sys._getframe(1)
         try:
             return super()._run(original, t_outputs, args, kwargs)
         finally:
+            if leaves is None:  # the leaves of the graph the capture walked (``_end``)
+                walked, self._local.walked = getattr(self._local, "walked", None), None
+                try:
+                    leaves = (graph_leaves_in(walked) if walked is not None
+                              else self.history.before(t_outputs))
+                except Exception:  # noqa: BLE001
+                    leaves = []
             if kwargs.get("accumulate_grad", True) is False:
                 leaves = []  # torch.autograd.grad leaves every .grad as it was
             try:
@@ -97,3 +108,12 @@ class PlannedCapture(Capture):
             except Exception:  # noqa: BLE001
                 pass
             del frame
+
+    def _end(self, p: Any, exc: BaseException | None) -> None:
+        """Keep the pass's graph for its history (one walk of the graph a pass): the
+        ``_run`` that follows at once on this thread takes them (a nested pass's first)."""
+        walked = p.graph
+        try:
+            super()._end(p, exc)
+        finally:
+            self._local.walked = walked

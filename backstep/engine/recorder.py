@@ -176,7 +176,11 @@ class JsonlRecorder:
         if self.failure is None:
             return None
         name = getattr(self.stream, "name", None)
-        lines = cut_to_whole_lines(name) if isinstance(name, str) else None
+        cut_back = getattr(self.stream, "cut_back", None)  # a compressed trace counts its own
+        if callable(cut_back):
+            lines = cut_back()
+        else:
+            lines = cut_to_whole_lines(name) if isinstance(name, str) else None
         failure = self.failure
         why = f"{failure.strerror or failure}" + (
             f", {errno.errorcode[failure.errno]}" if failure.errno in errno.errorcode else "")

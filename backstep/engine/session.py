@@ -189,7 +189,10 @@ class Session:
         sink = self.on_fork() if self.on_fork is not None else None
         if sink is not None:
             sink.emit({**session_event(list(sys.argv)), "parent": os.getppid()})
-            self.child = Session(sink, record=True, source=self.source, on_fork=self.on_fork)
+            # the child follows the plan too (--every/--when/--after/--trips), from its own start
+            plan = self.plan.fresh() if self.plan is not None else None
+            self.child = Session(sink, record=True, source=self.source, on_fork=self.on_fork,
+                                 plan=plan)
             self.child.__enter__()
 
     def _disarm(self, quiet: bool) -> None:

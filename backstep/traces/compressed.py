@@ -33,6 +33,13 @@ class GzipTrace(gzip.GzipFile):
     def raw(self) -> Any:
         return getattr(self.file, "raw", self.file)
 
+    def cut_back(self) -> int | None:
+        """After a failed write (a full disk), once closed: the whole lines the file holds, as
+        a reader reads them back (``whole_lines``). The file is left as it is: its bytes are a
+        compressed stream, so cutting it at its last newline byte (what a plain trace is cut
+        back to) would cut the stream at a random place and count bytes, not events."""
+        return whole_lines(self.name) if isinstance(self.name, str) and self.name else None
+
     def close(self) -> None:
         try:
             super().close()
@@ -88,6 +95,22 @@ def _copy(source: IO[bytes], target: IO[bytes]) -> bool:
             target.write(next(chunks))
         except StopIteration as end:
             return bool(end.value)
+
+
+def whole_lines(path: str) -> int | None:
+    """How many whole lines (events) the gzip file ``path`` holds, read as far as it goes (a
+    stream cut short holds what was compressed before the cut); None when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            chunks = _chunks(file)
+            lines = 0
+            while True:
+                try:
+                    lines += next(chunks).count(b"\n")
+                except StopIteration:
+                    return lines
+    except OSError:
+        return None
 
 
 def unpacked(file: IO[bytes]) -> tuple[IO[bytes], bool]:
