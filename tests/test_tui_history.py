@@ -17,7 +17,7 @@ from backstep.traces.history_file import norm_of, read
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.history import HistoryScreen
 from backstep.tui.state.review import Cursor
-from backstep.tui.state.run_history import RunHistory, spans, thin, verdicts
+from backstep.tui.state.run_history import RunHistory, SeriesValues, spans, thin, verdicts
 from tests.replay_traces import record
 from tests.tui_fixtures import (
     POW,
@@ -106,11 +106,11 @@ def test_a_live_history_reads_as_the_history_command_reads_the_file(twelve: Path
     table = live.table()
     assert [r.n for r in table.rows] == [r.n for r in whole.rows] == list(range(1, 13))
     assert list(table.names) == whole.names
-    every = table.series()[0]
+    every = SeriesValues(table.series()[0]).update(table.rows)
     for mine, theirs in zip(table.rows, whole.rows, strict=True):
         assert mine.loss == theirs.loss or (math.isnan(mine.loss) and math.isnan(theirs.loss))
         assert mine.norms.tobytes() == theirs.norms.tobytes()
-    assert verdicts(table, every, 1e3).nonfinite == [9]
+    assert verdicts(every, 1e3).nonfinite == [9]
 
 
 def test_the_index_finds_the_brief_lines(twelve: Path) -> None:
@@ -144,10 +144,28 @@ def test_thinning_keeps_each_bins_least_and_greatest() -> None:
     for event in events:
         history.add(event)
     table = history.table()
-    every = table.series()[0]
-    line = thin(table.rows, lambda r: norm_of(r, every), 50)
+    every = SeriesValues(table.series()[0]).update(table.rows)
+    line = thin(every.ns, every.values, 50)
     assert len(line.xs) <= 100 and max(line.ys) > 1e8  # the spike survives thinning
     assert line.bad == [500]
+
+
+def test_a_series_grows_with_the_passes_and_starts_again_when_they_differ() -> None:
+    history = RunHistory()
+    events = brief_events(10, 4)
+    for event in events[:6]:
+        history.add(event)
+    series = SeriesValues(history.table().series()[0]).update(history.table().rows)
+    assert series.ns == [1, 2, 3, 4, 5] and series.bad == [False, False, False, True, False]
+    for event in events[6:]:
+        history.add(event)
+    series.update(history.table().rows)
+    assert series.ns == list(range(1, 11))
+    assert series.values[9] == pytest.approx(math.hypot(0.2, 0.05, 0.01))
+    other = RunHistory()
+    for event in brief_events(3, None):
+        other.add(event)
+    assert series.update(other.table().rows).ns == [1, 2, 3]
     assert spans([3, 4, 5, 9, 11, 12]) == "3-5, 9, 11-12"
     assert spans([1, 3, 5, 7]) == "1, 3, 5, +1 more"
 

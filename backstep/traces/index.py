@@ -400,12 +400,14 @@ class TraceIndex:
                                       self.output_ends[i]))
         return texts[:count]
 
-    def brief_lines(self, start: int = 0) -> list[bytes]:
+    def brief_lines(self, start: int = 0, limit: int | None = None) -> list[bytes]:
         """The raw ``leaves`` / ``history`` / ``trip`` lines indexed so far, from the
-        ``start``-th on (``traces/history_file.Reader`` decodes them); a line the file lost
-        since (cut while open) is left out."""
+        ``start``-th on, at most ``limit`` (``traces/history_file.Reader`` decodes them); a
+        line the file lost since (cut while open) is left out."""
         out = []
-        for i in range(start, len(self.brief_starts)):
+        end = len(self.brief_starts) if limit is None else \
+            min(len(self.brief_starts), start + limit)
+        for i in range(start, end):
             line = self._bytes.read(self.brief_starts[i], self.brief_ends[i])
             if line is None:
                 self._cut_short()

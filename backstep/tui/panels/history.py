@@ -26,6 +26,7 @@ from backstep.tui.state.run_history import (
     FLOOR,
     VANISHING,
     HistoryTable,
+    SeriesValues,
     bad_leaves,
     decades,
     held,
@@ -84,9 +85,9 @@ def _shown(value: float | None) -> Any:
     return value
 
 
-def verdict_text(table: HistoryTable, column: Column, exploding: float) -> Text:
+def verdict_text(table: HistoryTable, series: SeriesValues, exploding: float) -> Text:
     """The passes outside the healthy band, for the series charted."""
-    found = verdicts(table, column, exploding)
+    found = verdicts(series, exploding)
     text = Text()
     groups = (("NaN/Inf", found.nonfinite, "bold white on red"),
               (f"vanishing (<{VANISHING:g})", found.vanishing, "bold yellow"),
@@ -96,7 +97,7 @@ def verdict_text(table: HistoryTable, column: Column, exploding: float) -> Text:
             text.append(f"{label}: ", style=style)
             text.append(f"pass {spans(passes)} ({len(passes):,} pass"
                         f"{'es' if len(passes) != 1 else ''})  ")
-    full = sum(1 for r in table.rows if r.n in table.full)
+    full = len(table.full.intersection(series.ns))
     count = len(table.rows)
     text.append(f"{count:,} pass{'es' if count != 1 else ''}, {full:,} held in full",
                 style="dim")
@@ -149,6 +150,8 @@ class HistoryScreen(ModalScreen[int | None]):
         self.cursor = 0  # the pass under the cursor (an index into the table's rows)
         self.chosen = 0  # the series charted (an index into ``table.series()``)
         self.columns: list[Column] = []
+        self._cache: dict[tuple[Any, ...], tuple[HistoryTable, Any]] = {}
+        self._series: dict[str | None, SeriesValues] = {}  # by column title; None: the loss
 
     def compose(self) -> ComposeResult:
         from textual_plotext import PlotextPlot  # here: plotext costs ~35 ms at UI start-up
@@ -206,6 +209,25 @@ class HistoryScreen(ModalScreen[int | None]):
             return
         self.dismiss(n)
 
+    def _cached(self, what: str, make: Callable[[], Any], *key: Any) -> Any:
+        """``make()`` once per table, series and width: a cursor move redraws from these
+        (over 100,000 passes each costs a walk over every pass)."""
+        full_key = (what, id(self.table), self.chosen, *key)
+        hit = self._cache.get(full_key)
+        if hit is None:
+            if len(self._cache) > 16:
+                self._cache.clear()
+            hit = self._cache[full_key] = (self.table, make())  # the table keeps its id
+        return hit[1]
+
+    def _values(self, column: Column | None) -> SeriesValues:
+        """A series' value in every pass so far (only new passes computed)."""
+        key = column.title if column is not None else None
+        found = self._series.get(key)
+        if found is None or found.column != column:
+            found = self._series[key] = SeriesValues(column)
+        return found.update(self.table.rows)
+
     def _column(self) -> Column:
         return self.columns[self.chosen] if self.columns else Column("all", frozenset())
 
@@ -223,8 +245,8 @@ class HistoryScreen(ModalScreen[int | None]):
         self._draw_loss()
         self._draw_norms()
         self.query_one("#history-pass", Static).update(pass_line(table, column, self.cursor))
-        self.query_one("#history-verdicts", Static).update(
-            verdict_text(table, column, self.exploding))
+        self.query_one("#history-verdicts", Static).update(self._cached(
+            "verdicts", lambda: verdict_text(table, self._values(column), self.exploding)))
 
     def _width(self, plot: Any) -> int:
         return max((plot.size.width or self.app.size.width) - Y_AXIS, 10)
@@ -250,14 +272,15 @@ class HistoryScreen(ModalScreen[int | None]):
         plt.clear_data()
         plt.clear_figure()
         rows = self.table.rows
-        losses = [r for r in rows if r.loss is not None]
-        if not losses:
+        if not any(r.loss is not None for r in rows):
             plt.title("loss: not one number in these passes")
             plot.refresh()
             return
-        log = loss_is_log(self.table.rows)
+        loss = self._values(None)
+        log = self._cached("loss log", lambda: loss_is_log(loss.values))
         plt.title("loss" + (" (log scale)" if log else ""))
-        line = thin(rows, lambda r: r.loss, self._width(plot), log=log)
+        width = self._width(plot)
+        line = self._cached("loss", lambda: thin(loss.ns, loss.values, width, log=log), width)
         ys = [math.log10(y) for y in line.ys] if log else line.ys
         cursor = self._cursor_x()
         if cursor is not None:
@@ -282,11 +305,17 @@ class HistoryScreen(ModalScreen[int | None]):
         if not rows:
             plot.refresh()
             return
-        line = thin(rows, lambda r: norm_of(r, column), self._width(plot))
-        bad = sorted({*line.bad, *(r.n for r in rows if bad_leaves(r, column))})
-        if len(bad) > 2 * self._width(plot):  # one mark a cell is enough
-            step = math.ceil(len(bad) / self._width(plot))
-            bad = bad[::step]
+        width = self._width(plot)
+
+        def marks() -> tuple[Any, list[int]]:
+            series = self._values(column)
+            line = thin(series.ns, series.values, width)
+            bad = [n for n, wrong in zip(series.ns, series.bad, strict=True) if wrong]
+            if len(bad) > 2 * width:  # one mark a cell is enough
+                bad = bad[::math.ceil(len(bad) / width)]
+            return line, bad
+
+        line, bad = self._cached("norms", marks, width)
         cursor = self._cursor_x()
         if cursor is not None:
             plt.vline(cursor, "gray")

@@ -72,6 +72,10 @@ KEY_HELP = {
 }
 
 
+# brief lines (history) read per look of the history view: about 0.1 s of parsing a slice
+BRIEF_SLICE = 4_000
+
+
 class ReplayDriver:
     """A trace, replayed: the app's session in ``backstep show``."""
 
@@ -343,8 +347,8 @@ class ReplayDriver:
     def run_history(self) -> HistoryTable:
         """Every pass of the trace in brief (its history lines, read as the index finds
         them); held in full: the passes the trace recorded node by node."""
-        index = self.replay.index
-        self._brief.add_lines(index.brief_lines(self._brief.lines_read))
+        index = self.replay.index  # a slice a call: the view asks again twice a second
+        self._brief.add_lines(index.brief_lines(self._brief.lines_read, BRIEF_SLICE))
         return self._brief.table(self.replay.numbers)
 
     def open_pass(self, number: int) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -128,32 +128,32 @@ class Line:
     bad: list[int]
 
 
-def thin(rows: tuple[Row, ...], value: Any, width: int, log: bool = True) -> Line:
-    """``value(row)`` (a float or None) over the passes, at most two points per cell of
-    ``width``: each bin's least and greatest, so a spike or a dip never thins away. On a
+def thin(ns: Sequence[int], values: Sequence[float | None], width: int,
+         log: bool = True) -> Line:
+    """``values`` (a float or None a pass) over the passes ``ns``, at most two points per cell
+    of ``width``: each bin's least and greatest, so a spike or a dip never thins away. On a
     log scale a value <= 0 is drawn at the floor."""
     xs: list[int] = []
     ys: list[float] = []
     bad: list[int] = []
-    size = max(1, math.ceil(len(rows) / max(width, 1)))
-    for start in range(0, len(rows), size):
+    size = max(1, math.ceil(len(ns) / max(width, 1)))
+    for start in range(0, len(ns), size):
         low: tuple[float, int] | None = None
         high: tuple[float, int] | None = None
         bad_here = None
-        for row in rows[start:start + size]:
-            v = value(row)
+        for n, v in zip(ns[start:start + size], values[start:start + size], strict=True):
             if v is None:
                 continue
             if not math.isfinite(v):
                 if bad_here is None:
-                    bad_here = row.n
+                    bad_here = n
                 continue
             if log and v <= 0:
                 v = FLOOR
             if low is None or v < low[0]:
-                low = (v, row.n)
+                low = (v, n)
             if high is None or v > high[0]:
-                high = (v, row.n)
+                high = (v, n)
         if bad_here is not None:
             bad.append(bad_here)
         points = sorted({low, high} - {None}, key=lambda p: p[1])  # type: ignore[arg-type]
@@ -161,6 +161,36 @@ def thin(rows: tuple[Row, ...], value: Any, width: int, log: bool = True) -> Lin
             xs.append(n)
             ys.append(v)
     return Line(xs, ys, bad)
+
+
+class SeriesValues:
+    """One series' value in every pass (a column's ‖grad‖ and whether any of its leaves had
+    NaN/Inf; with no column, the loss), kept as the passes grow: a live session's table gains
+    a pass at a time and only the new ones are computed."""
+
+    def __init__(self, column: Column | None) -> None:
+        self.column = column
+        self.ns: list[int] = []
+        self.values: list[float | None] = []
+        self.bad: list[bool] = []
+        self._last: Row | None = None
+
+    def update(self, rows: Sequence[Row]) -> SeriesValues:
+        k = len(self.values)
+        if k > len(rows) or (k and rows[k - 1] is not self._last):  # not the same passes
+            self.ns, self.values, self.bad, k = [], [], [], 0
+        column = self.column
+        for row in rows[k:]:
+            self.ns.append(row.n)
+            if column is None:
+                self.values.append(row.loss)
+                self.bad.append(nonfinite(row.loss))
+            else:
+                norm = norm_of(row, column)
+                self.values.append(norm)
+                self.bad.append(nonfinite(norm) or bool(bad_leaves(row, column)))
+        self._last = rows[-1] if rows else None
+        return self
 
 
 def decades(values: Iterable[float], most: int = 9) -> tuple[list[float], list[str]]:
@@ -196,10 +226,10 @@ def pass_ticks(low: int, high: int, most: int) -> list[int]:
     return [t for t in ticks if low <= t <= high]
 
 
-def loss_is_log(rows: tuple[Row, ...]) -> bool:
+def loss_is_log(losses: Sequence[float | None]) -> bool:
     """The loss axis is logarithmic when every finite loss is above 0 (else linear)."""
-    losses = [r.loss for r in rows if r.loss is not None and math.isfinite(r.loss)]
-    return bool(losses) and min(losses) > 0
+    shown = [v for v in losses if v is not None and math.isfinite(v)]
+    return bool(shown) and min(shown) > 0
 
 
 # -- the words -------------------------------------------------------------------------------
@@ -213,18 +243,17 @@ class Verdicts:
     exploding: list[int]
 
 
-def verdicts(table: HistoryTable, column: Column, exploding: float) -> Verdicts:
+def verdicts(series: SeriesValues, exploding: float) -> Verdicts:
     bad: list[int] = []
     low: list[int] = []
     high: list[int] = []
-    for row in table.rows:
-        norm = norm_of(row, column)
-        if bad_leaves(row, column) or nonfinite(norm):
-            bad.append(row.n)
+    for n, norm, wrong in zip(series.ns, series.values, series.bad, strict=True):
+        if wrong:
+            bad.append(n)
         elif norm is not None and norm < VANISHING:
-            low.append(row.n)
+            low.append(n)
         elif norm is not None and norm > exploding:
-            high.append(row.n)
+            high.append(n)
     return Verdicts(bad, low, high)
 
 
