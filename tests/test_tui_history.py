@@ -4,6 +4,7 @@ exploding / NaN passes marked, a cursor over passes, enter opening a pass held i
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,8 @@ from backstep.engine.history import encode_floats
 from backstep.traces.history_file import norm_of, read
 from backstep.traces.index import TraceIndex
 from backstep.tui.panels.history import HistoryScreen
+from backstep.tui.runtime import replay_driver
+from backstep.tui.runtime.replay_driver import ReplayDriver
 from backstep.tui.state.review import Cursor
 from backstep.tui.state.run_history import RunHistory, SeriesValues, spans, thin, verdicts
 from tests.replay_traces import record
@@ -121,6 +124,22 @@ def test_the_index_finds_the_brief_lines(twelve: Path) -> None:
         assert sum(b'"leaves"' in line[:24] for line in lines) == 1
         assert index.brief_lines(len(lines)) == []
         assert sorted(index.passes) == [1, 5, 9]
+    finally:
+        index.close()
+
+
+def test_show_reads_a_gzip_traces_history_too_a_slice_a_look(
+        twelve: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    packed = tmp_path / "twelve.jsonl.gz"
+    packed.write_bytes(gzip.compress(twelve.read_bytes()))
+    index = TraceIndex(packed)
+    monkeypatch.setattr(replay_driver, "BRIEF_SLICE", 5)  # the leaves line and four passes
+    try:
+        driver = ReplayDriver(index)
+        assert [r.n for r in driver.run_history().rows] == [1, 2, 3, 4]
+        for _ in range(3):
+            table = driver.run_history()
+        assert [r.n for r in table.rows] == list(range(1, 13)) and table.full == {1, 5, 9}
     finally:
         index.close()
 
