@@ -3,7 +3,7 @@
 A ``TracePlan`` decides, pass by pass, which passes a trace records node by node: one in
 ``every``, and around a trip of a ``--when`` spec the tripping pass (from the tripping node on)
 and the next ``after`` passes, for at most ``trips`` trips. Every pass gets its ``history`` line
-(``engine/history``) whatever is recorded.
+(``engine/briefed``) whatever is recorded.
 
 The specs are armed exactly as ``run --break`` arms breakpoints: a ``TripController`` is a
 controller that never waits for a person. Its ``pause`` answers at once: at a trip, "step" (the
@@ -13,18 +13,12 @@ pre-hook stop that follows. Once the trips are spent it is no longer ``live``: n
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import torch
-
-from backstep.engine import naming
-from backstep.engine.capture import Capture
+from backstep.engine.briefed import BriefedCapture
 from backstep.engine.controller import Controller
-from backstep.engine.history import History, graph_leaves_in
 from backstep.engine.plan import TracePlan
 from backstep.engine.recorder import Sink
-from backstep.engine.torch_api import compile_tracing
 
 
 class TripController(Controller):
@@ -59,11 +53,8 @@ class TripController(Controller):
         return "step"
 
 
-_compile_tracing = compile_tracing(torch)
-
-
-class PlannedCapture(Capture):
-    """``Capture`` that follows a ``TracePlan`` and writes every pass's history."""
+class PlannedCapture(BriefedCapture):
+    """``BriefedCapture`` that follows a ``TracePlan``: every pass's history, some in full."""
 
     def __init__(self, sink: Sink, plan: TracePlan) -> None:
         self.plan = plan
@@ -73,47 +64,6 @@ class PlannedCapture(Capture):
 
             controller.on_trip = TripTensors(plan.trace_path)
         super().__init__(sink, controller, record=True)
-        self.history = History()
 
-    def _run(self, original: Any, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
-        if torch.compiler.is_compiling() or _compile_tracing():
-            return original(t_outputs, *args, **kwargs)
-        number = self.passes + 1
+    def before_pass(self, number: int) -> None:
         self.record = self.plan.full(number)
-        controller = self.controller
-        leaves: list[Any] | None = None
-        if not (self.record or (controller is not None and controller.live())):
-            try:  # a pass the capture will not hook: the history walks the graph itself
-                leaves = self.history.before(t_outputs)
-            except Exception:  # noqa: BLE001 - no history is never the script's problem
-                leaves = []
-        self._local.walked = None
-        frame = sys._getframe(1)
-        try:
-            return super()._run(original, t_outputs, args, kwargs)
-        finally:
-            if leaves is None:  # the leaves of the graph the capture walked (``_end``)
-                walked, self._local.walked = getattr(self._local, "walked", None), None
-                try:
-                    leaves = (graph_leaves_in(walked) if walked is not None
-                              else self.history.before(t_outputs))
-                except Exception:  # noqa: BLE001
-                    leaves = []
-            if kwargs.get("accumulate_grad", True) is False:
-                leaves = []  # torch.autograd.grad leaves every .grad as it was
-            try:
-                events = self.history.after(number, t_outputs, leaves, naming.user_frame(frame))
-                for event in events:
-                    self._emit(event)
-            except Exception:  # noqa: BLE001
-                pass
-            del frame
-
-    def _end(self, p: Any, exc: BaseException | None) -> None:
-        """Keep the pass's graph for its history (one walk of the graph a pass): the
-        ``_run`` that follows at once on this thread takes them (a nested pass's first)."""
-        walked = p.graph
-        try:
-            super()._end(p, exc)
-        finally:
-            self._local.walked = walked

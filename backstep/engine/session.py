@@ -137,6 +137,10 @@ class Session:
             from backstep.engine.planned import PlannedCapture
 
             self.capture = PlannedCapture(self.sink, self.plan)
+        elif self.controller is not None:  # a live UI: every pass in brief too (its H)
+            from backstep.engine.briefed import BriefedCapture
+
+            self.capture = BriefedCapture(self.sink, self.controller, record=self.record)
         else:
             from backstep.engine.capture import Capture
 

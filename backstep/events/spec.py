@@ -324,14 +324,15 @@ EVENTS: dict[str, Event] = {
         "traceback": F(STR_OR_NULL, "the uncaught exception's traceback, or null"),
         "passes": F(INT_OR_NULL, "how many backward passes ran, watched or not", default=None),
     }, BOTH, urgent=True),
-    # -- a whole run in brief (engine/history, engine/planned; traces/history_file reads them)
+    # -- a whole run in brief (engine/history, engine/briefed, engine/planned;
+    # traces/history_file reads them, a trace's and a live UI's)
     "leaves": Event("leaves seen for the first time, numbered in order from first: history "
                     "lines refer to them by number", {
         "first": F(INT, "the number of the first leaf listed"),
         "names": F(list_of(STR, "list of str or null"), "their names"),
         "modules": F(list_of(STR_OR_NULL, "list of str (or null) or null"),
                      "the module each belongs to (its name up to the last dot), or null"),
-    }, frozenset({TRACE}), required=("first", "names")),
+    }, BOTH, required=("first", "names")),
     "history": Event("every pass in brief, after it ran, recorded in full or not (not a "
                      "pass's line: its number is n)", {
         "n": F(INT, "the pass's number"),
@@ -344,7 +345,7 @@ EVENTS: dict[str, Event] = {
         "nonfinite": F(list_of(list_of(INT, "[position, count]"), "list of [position, count]"),
                        "the leaves with NaN/Inf values: [position in ids, how many]",
                        default=[]),
-    }, frozenset({TRACE}), required=("n",)),
+    }, BOTH, required=("n",)),
     "trip": Event("a --when spec tripped: the pass is written in full from this node on", {
         "n": F(INT, "the pass's number"), "trip": F(INT_OR_NULL, "the trip's number, from 1"),
         "step": F(INT_OR_NULL, "the node's step"), "id": F(INT_OR_NULL, "the node"),

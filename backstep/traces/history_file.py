@@ -1,8 +1,9 @@
-"""A trace's history read back: the ``leaves`` and ``history`` lines (``engine/history`` writes
-them), and the columns ``backstep history`` shows: a leaf, or a module (its leaves' norms
-combined: the square root of the sum of their squares).
+"""A trace's history read back: the ``leaves``, ``history`` and ``trip`` lines
+(``engine/history``, ``engine/planned`` write them), and the columns ``backstep history`` shows:
+a leaf, or a module (its leaves' norms combined: the square root of the sum of their squares).
+The same ``Reader`` folds a live session's events as they arrive (the UI's ``H``).
 
-Only those two kinds of line are parsed; every other line is skipped by its first bytes, so a
+Only those kinds of line are parsed; every other line is skipped by its first bytes, so a
 100,000-pass history reads in seconds. Stdlib only.
 """
 
@@ -16,10 +17,11 @@ import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 _HISTORY = b'"history"'  # looked for in a line's first bytes: no other line is parsed
 _LEAVES = b'"leaves"'
+_TRIP = b'"trip"'
 _HEAD = 24
 _NUMBERS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -71,6 +73,7 @@ class History:
     modules: list[str | None] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     lines: int = 0
+    trips: dict[int, dict[str, Any]] = field(default_factory=dict)  # pass -> its trip event
 
 
 def _number(value: object) -> float | None:
@@ -99,47 +102,75 @@ def read(stream: IO[bytes], path: str) -> History:
     """Every history line of the trace in ``stream``; HistoryError when it is not a trace.
     A malformed history line is skipped (counted in ``lines`` all the same)."""
     out = History()
-    known: dict[str, list[int]] = {}  # ids text -> numbers: most passes repeat the last's
+    reader = Reader(out)
     for line in read_lines(stream, path):
         out.lines += 1
-        head = line[:_HEAD]
-        if _HISTORY in head:
-            try:
-                event = json.loads(line)
-                if event.get("event") != "history":
-                    continue
-                text = event.get("ids") or ""
-                ids = known.get(text)
-                if ids is None:
-                    if len(known) > 64:
-                        known.clear()
-                    ids = known[text] = parse_ranges(text)
-                norms = decode_floats(event.get("norm") or "")
-                maxes = decode_floats(event.get("max") or "")
-                if len(norms) != len(ids) or len(maxes) != len(ids):
-                    continue
-                bad = {ids[p]: int(c) for p, c in event.get("nonfinite") or ()}
-                out.rows.append(Row(int(event["n"]), _number(event.get("loss")), ids, norms,
-                                    maxes, bad))
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue
-        elif _LEAVES in head:
-            try:
-                event = json.loads(line)
-                if event.get("event") != "leaves":
-                    continue
-                first, names = int(event["first"]), [str(n) for n in event["names"]]
-                modules = event.get("modules") or [None] * len(names)
-            except (ValueError, KeyError, TypeError):
-                continue
-            while len(out.names) < first + len(names):
-                out.names.append(f"leaf {len(out.names)}")
-                out.modules.append(None)
-            for k, name in enumerate(names):
-                out.names[first + k] = name
-                module = modules[k] if k < len(modules) else None
-                out.modules[first + k] = module if isinstance(module, str) else None
+        reader.line(line)
     return out
+
+
+class Reader:
+    """Folds ``leaves``, ``history`` and ``trip`` events into a ``History``: from a trace's
+    lines (``line``: any other line is skipped by its first bytes) or as events arrive
+    (``event``: a live session's). A malformed event is skipped."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self._known: dict[str, list[int]] = {}  # ids text -> numbers: most passes repeat the last's
+
+    def line(self, line: bytes) -> None:
+        head = line[:_HEAD]
+        if _HISTORY in head or _LEAVES in head or _TRIP in head:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                return
+            if isinstance(event, dict):
+                self.event(event)
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        try:
+            if kind == "history":
+                self._history(event)
+            elif kind == "leaves":
+                self._leaves(event)
+            elif kind == "trip":
+                n = event["n"]
+                if type(n) is int:
+                    self.history.trips[n] = event
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return
+
+    def _history(self, event: dict[str, Any]) -> None:
+        known = self._known
+        text = event.get("ids") or ""
+        ids = known.get(text)
+        if ids is None:
+            if len(known) > 64:
+                known.clear()
+            ids = known[text] = parse_ranges(text)
+        norms = decode_floats(event.get("norm") or "")
+        maxes = decode_floats(event.get("max") or "")
+        if len(norms) != len(ids) or len(maxes) != len(ids):
+            return
+        bad = {ids[p]: int(c) for p, c in event.get("nonfinite") or ()}
+        self.history.rows.append(Row(int(event["n"]), _number(event.get("loss")), ids, norms,
+                                     maxes, bad))
+
+    def _leaves(self, event: dict[str, Any]) -> None:
+        out = self.history
+        first, names = int(event["first"]), [str(n) for n in event["names"]]
+        modules = event.get("modules") or [None] * len(names)
+        if first < 0:
+            return
+        while len(out.names) < first + len(names):
+            out.names.append(f"leaf {len(out.names)}")
+            out.modules.append(None)
+        for k, name in enumerate(names):
+            out.names[first + k] = name
+            module = modules[k] if k < len(modules) else None
+            out.modules[first + k] = module if isinstance(module, str) else None
 
 
 @dataclass

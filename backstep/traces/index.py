@@ -43,6 +43,7 @@ from backstep.traces.passes import (
 
 # A line's opening as the recorder writes it: {"event":"node","pass":3,...
 _HEAD = re.compile(rb'\{"event": ?"([A-Za-z_]+)"(?:, ?"pass": ?(\d+))?')
+BRIEF = frozenset({"leaves", "history", "trip"})  # the run in brief: lines with no pass
 LINES_KEPT = 3  # passes whose line offsets stay found (the one shown, the one read beside it)
 REJECTIONS_KEPT = 1000  # malformed lines whose reason is kept (the first ones found)
 TRIPS_KEPT = 1000  # ``trip`` events kept (trace --when: --trips of them, 3 by default)
@@ -82,6 +83,10 @@ class TraceIndex:
         self.output_starts = array("q")
         self.output_ends = array("q")
         self._output_texts: list[tuple[str, str]] = []  # parsed so far, in order
+        # the run in brief (``leaves``, ``history``, ``trip``: no pass key): where each line
+        # is, in file order, for the UI's history view (``brief_lines``)
+        self.brief_starts = array("q")
+        self.brief_ends = array("q")
         self._lines: dict[int, tuple[tuple[int, int], PassLines]] = {}  # the latest few
         self.done = False
         self.cut = False  # the file shrank while open (see the module's docstring)
@@ -165,6 +170,9 @@ class TraceIndex:
             elif kind == "output":
                 self.output_starts.append(begin)
                 self.output_ends.append(end)
+            elif kind in BRIEF:
+                self.brief_starts.append(begin)
+                self.brief_ends.append(end)
         self._pos, self._first = start, first
         self._numbers = sorted(self.passes)
         self._cut_short()
@@ -397,6 +405,21 @@ class TraceIndex:
             texts.append(output_entry(self._bytes.read, self._parse, self.output_starts[i],
                                       self.output_ends[i]))
         return texts[:count]
+
+    def brief_lines(self, start: int = 0, limit: int | None = None) -> list[bytes]:
+        """The raw ``leaves`` / ``history`` / ``trip`` lines indexed so far, from the
+        ``start``-th on, at most ``limit`` (``traces/history_file.Reader`` decodes them); a
+        line the file lost since (cut while open) is left out."""
+        out = []
+        end = len(self.brief_starts) if limit is None else \
+            min(len(self.brief_starts), start + limit)
+        for i in range(start, end):
+            line = self._bytes.read(self.brief_starts[i], self.brief_ends[i])
+            if line is None:
+                self._cut_short()
+                break
+            out.append(line)
+        return out
 
     @property
     def scanned(self) -> int:

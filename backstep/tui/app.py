@@ -39,6 +39,7 @@ from backstep.tui.panels.goto import GotoDialog
 from backstep.tui.panels.gradients import GradientsPanel
 from backstep.tui.panels.graph import GraphPanel
 from backstep.tui.panels.help import HelpScreen, help_rows
+from backstep.tui.panels.history import HistoryScreen
 from backstep.tui.panels.leaves import LeavesPanel
 from backstep.tui.panels.memory import MemoryScreen
 from backstep.tui.panels.modules import ModulePanel
@@ -52,6 +53,7 @@ from backstep.tui.state import review
 from backstep.tui.state.flow_leaves import EXPLODING
 from backstep.tui.state.focus import focus
 from backstep.tui.state.records import Diagnosis
+from backstep.tui.state.run_history import HistoryTable
 from backstep.tui.state.snapshot import PassView, Snapshot
 from backstep.tui.text.shown import PlainText
 
@@ -134,6 +136,13 @@ class Driver(Protocol):
     def flow_earlier(self) -> Sequence[PassView]:
         """The ended passes the flow chart may show at a pass's start."""
 
+    def run_history(self) -> HistoryTable:
+        """Every pass so far in brief, and those held in full (the history view, ``H``)."""
+
+    def open_pass(self, number: int) -> bool:
+        """``enter`` in the history view: go to pass ``number``. False: the session cannot,
+        and the app reviews what it recorded of it instead."""
+
 
 # the help screen's words for a key (its binding's tooltip; a second line goes under it);
 # keys with the same words share a row
@@ -195,6 +204,10 @@ class BackstepApp(PlainText):
         Binding("F", "flow", "gradient flow", tooltip="gradient flow: each leaf's ‖grad‖ and "
                 "max |grad| in model order, log scale\nin the chart, left / right: a leaf's "
                 "full name and numbers"),
+        Binding("H", "run_history", "history", show=False, tooltip="history: every pass "
+                "in brief, the loss and ‖grad‖ by pass, log scale\nvanishing, exploding and "
+                "NaN/Inf marked; up / down: a module or a leaf\nleft / right: a pass's "
+                "numbers; enter opens a pass held in full"),
         Binding("ctrl+c", "interrupt", "interrupt", priority=True,
                 tooltip="interrupt: stop at the next node while the script runs"),
         Binding("i", "input", "stdin", show=False, tooltip="type a line for the script's stdin "
@@ -817,6 +830,27 @@ class BackstepApp(PlainText):
         if self._search_move(1):
             modules = self.screen.has_class("-modules")
             self.query_one(ModulePanel if modules else GraphPanel).focus()
+
+    def action_run_history(self) -> None:
+        if not isinstance(self.screen, HistoryScreen):
+            self.push_screen(HistoryScreen(self.driver.run_history, self.flow_exploding),
+                             self.open_pass)
+
+    def open_pass(self, number: int | None) -> None:
+        """The history view's ``enter``: the pass, in show; live, reviewed from its start
+        (the live stop, for the pass shown)."""
+        if number is None or self.driver.open_pass(number):
+            return
+        shown = self.snapshot.pass_
+        if shown is not None and shown.number == number:
+            self._review_to(None)
+            return
+        views = review.reviewable(self.snapshot, self.driver.history())
+        if any(v.number == number and v.executed() for v in views):
+            self._review_to(review.Cursor(number, 0))
+        else:
+            self.notify(f"pass {number} is no longer held (review keeps "
+                        f"{self.driver.dropped()[1]:,} events)", timeout=3)
 
     def action_help(self) -> None:
         rows = help_rows(self.BINDINGS, self.driver.key_help, self.driver.offers)

@@ -33,6 +33,10 @@ class Attachment:
             from backstep.engine.planned import PlannedCapture
 
             self.capture = PlannedCapture(self.diagnostician, plan)
+        elif controller is not None:  # a live UI: every pass in brief too (its H)
+            from backstep.engine.briefed import BriefedCapture
+
+            self.capture = BriefedCapture(self.diagnostician, controller, record=record)
         else:
             self.capture = Capture(self.diagnostician, controller, record=record)
         self.capture.install()

@@ -16,6 +16,8 @@ from textual.message import Message
 from backstep.tui.runtime.link import Link
 from backstep.tui.runtime.reader import Reader
 from backstep.tui.runtime.terminal_watch import end_if_gone
+from backstep.tui.state import review
+from backstep.tui.state.run_history import HistoryTable
 from backstep.tui.state.snapshot import PassView, Snapshot
 
 if TYPE_CHECKING:  # the app imports no driver: no circle
@@ -155,4 +157,14 @@ class LiveDriver:
 
     def flow_earlier(self) -> Sequence[PassView]:
         return self.history()
+
+    def run_history(self) -> HistoryTable:
+        """Every pass so far in brief; held in full: the passes a review can show (ended
+        ones with a node recorded, and the pass shown)."""
+        views = review.reviewable(self._host().snapshot, self.history())
+        return self.reader.model.brief.table(
+            v.number for k, v in enumerate(views) if v.executed() or k == len(views) - 1)
+
+    def open_pass(self, number: int) -> bool:
+        return False  # nothing re-runs: the app reviews the pass as it was recorded
 

@@ -26,6 +26,7 @@ from backstep.tui.runtime.settle import settle, tidy
 from backstep.tui.state.against import Against
 from backstep.tui.state.carry import Carry
 from backstep.tui.state.replay import PassTimeline, Replay
+from backstep.tui.state.run_history import HistoryTable, RunHistory
 from backstep.tui.state.snapshot import PassView, Snapshot
 from backstep.tui.state.trace_console import TraceConsole
 from backstep.tui.text.edited import EDITED_STYLE, EDITED_WORDS
@@ -72,6 +73,10 @@ KEY_HELP = {
 }
 
 
+# brief lines (history) read per look of the history view: about 0.1 s of parsing a slice
+BRIEF_SLICE = 4_000
+
+
 class ReplayDriver:
     """A trace, replayed: the app's session in ``backstep show``."""
 
@@ -101,6 +106,7 @@ class ReplayDriver:
         # the pass before a pass's start, as the flow chart (F) shows it: (its number, views)
         self._flow_before: tuple[int, tuple[PassView, ...]] | None = None
         self._scanning: Timer | None = None  # indexes, then folds, in slices; None when done
+        self._brief = RunHistory()  # the trace's passes in brief, for the history view (H)
         self.status = self.status_line
         if against is not None:
             self.title += f" --against {safe_text.printable(against.b.path)}"
@@ -357,6 +363,17 @@ class ReplayDriver:
 
     def dropped(self) -> tuple[int, int]:
         return 0, 0
+
+    def run_history(self) -> HistoryTable:
+        """Every pass of the trace in brief (its history lines, read as the index finds
+        them); held in full: the passes the trace recorded node by node."""
+        index = self.replay.index  # a slice a call: the view asks again twice a second
+        self._brief.add_lines(index.brief_lines(self._brief.lines_read, BRIEF_SLICE))
+        return self._brief.table(self.replay.numbers)
+
+    def open_pass(self, number: int) -> bool:
+        self.jump(str(number))
+        return True
 
     def flow_earlier(self) -> Sequence[PassView]:
         """At a pass's start the flow chart shows the pass before it as it ended: its graph

@@ -36,6 +36,7 @@ from backstep.tui.state.records import (
     summary_of,
 )
 from backstep.tui.state.records import evolve as replace
+from backstep.tui.state.run_history import RunHistory
 from backstep.tui.state.snapshot import LeafNorms, PassView, Snapshot
 from backstep.tui.text import region
 
@@ -101,6 +102,9 @@ class SessionModel:
         self.reread: Callable[[bytes], Mapping[str, Any] | None] | None = None
         # pass -> records its view will see: node events applied and not yet in a snapshot
         self._pending: dict[int, int] = {}
+        # every pass in brief (``leaves``, ``history``, ``trip``): the history view's (H),
+        # read by the UI thread as a table; no snapshot is made for them
+        self.brief = RunHistory()
 
     def snapshot(self) -> Snapshot:
         if self._pending:
@@ -406,6 +410,11 @@ class SessionModel:
             return None
         self._diagnosed.add(diag.key)
         return replace(self._snap, diagnoses=(*self._snap.diagnoses, diag))
+
+    def _on_history(self, ev: Mapping[str, Any]) -> None:
+        self.brief.add(dict(ev))
+
+    _on_leaves = _on_trip = _on_history
 
     def _on_exit(self, ev: Mapping[str, Any]) -> Snapshot:
         code = ev.get("code")
