@@ -3,6 +3,7 @@
     python benchmarks/bench_engine.py                # CPU: worst case + realistic, the table
     python benchmarks/bench_engine.py --quick        # fewer repetitions
     python benchmarks/bench_engine.py --device cuda  # GPU: small (the worst case) + gpt2
+    python benchmarks/bench_engine.py --rss-only     # CPU: only the peak-RSS rows
 
 Modes, interleaved repetition by repetition so machine noise hits them alike (medians):
   plain       no backstep
