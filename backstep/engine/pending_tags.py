@@ -40,9 +40,15 @@ def entry(node: Any, number: int) -> dict[str, Any]:
     tags: dict[str, Any] = {}
     PENDING[number] = (kind, tags)
     if len(PENDING) > LIMIT:
+        bound()
+    return tags
+
+
+def bound() -> None:
+    """Past ``LIMIT`` entries, drop the oldest quarter (nodes never read, most likely dead)."""
+    if len(PENDING) > LIMIT:
         for key in list(islice(PENDING, LIMIT // 4)):
             del PENDING[key]
-    return tags
 
 
 def peek(node: Any) -> dict[str, Any] | None:

@@ -28,8 +28,9 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
+from backstep.engine import pending_tags
 from backstep.engine import saved as saved_tensors
-from backstep.engine.pending_tags import entry as pending_entry
+from backstep.engine.pending_tags import PENDING as _pending
 from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.pending_tags import peek
 from backstep.engine.provenance import cuts as provenance_cuts
@@ -228,7 +229,13 @@ class TaggingMode(TorchFunctionMode):
             if not start <= number < end or (tagged and node in tagged):
                 continue
             tagged.append(node)
-            metadata = pending_entry(node, number)  # not node.metadata: see pending_tags
+            # not node.metadata (see pending_tags); pending_tags.entry, inline: every op's output
+            found = _pending.get(number)
+            if found is None or found[0] is not type(node):
+                metadata = {}
+                _pending[number] = (type(node), metadata)
+            else:
+                metadata = found[1]
             if source is not None:
                 metadata[SOURCE_KEY] = source
             if module is not None:
@@ -244,6 +251,8 @@ class TaggingMode(TorchFunctionMode):
                         metadata[SAVED_VERSIONS_KEY] = versions
                 except Exception:
                     pass
+        if len(_pending) > pending_tags.LIMIT:
+            pending_tags.bound()
 
 
 def annotate(roots: Any) -> int:
