@@ -48,7 +48,7 @@ def bound() -> None:
     """Past ``LIMIT`` entries, drop the oldest quarter (nodes never read, most likely dead)."""
     if len(PENDING) > LIMIT:
         for key in list(islice(PENDING, LIMIT // 4)):
-            del PENDING[key]
+            PENDING.pop(key, None)  # another thread may have read it meanwhile
 
 
 def peek(node: Any) -> dict[str, Any] | None:
