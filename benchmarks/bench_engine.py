@@ -3,6 +3,7 @@
     python benchmarks/bench_engine.py                # CPU: worst case + realistic, the table
     python benchmarks/bench_engine.py --quick        # fewer repetitions
     python benchmarks/bench_engine.py --device cuda  # GPU: small (the worst case) + gpt2
+    python benchmarks/bench_engine.py --rss-only     # CPU: only the peak-RSS rows
 
 Modes, interleaved repetition by repetition so machine noise hits them alike (medians):
   plain       no backstep
@@ -366,10 +367,23 @@ def peak_rss(name: str, mode: str, iterations: int) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
+def rss_rows(name: str, iterations: int) -> list[tuple[str, str, float, float | None, bool | None]]:
+    """The peak-RSS rows of one workload: plain, then each traced mode over plain."""
+    base, *others = (peak_rss(name, mode, iterations) for mode in RSS_MODES)
+    rows: list[tuple[str, str, float, float | None, bool | None]] = [
+        (name, f"peak RSS plain {base // 1024} MiB", 1.0, None, None)]
+    for mode, peak in zip(RSS_MODES[1:], others, strict=True):
+        ratio = peak / base
+        rows.append((name, f"peak RSS {mode} {peak // 1024} MiB", ratio, 1.05, ratio <= 1.05))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
+    parser.add_argument("--rss-only", action="store_true",
+                        help="only the peak-RSS rows (CPU; no timing)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the workloads run (cuda: small + gpt2)")
     parser.add_argument("--ops-only", action="store_true",
@@ -387,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, str, float, float | None, bool | None]] = []
     for column, name in enumerate(COLUMNS[device]):
         if args.workload and name != args.workload:
+            continue
+        if args.rss_only and device == "cpu":
+            rows += rss_rows(name, 3 if args.quick else 6)
             continue
         ops_name = "gpt2" if device == "cpu" and name == "realistic" else name
         layers = args.ops_layers or None if ops_name == "gpt2" and device == "cpu" else None
@@ -423,13 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((name, f"peak GPU {base / 2**20:.1f}->{traced / 2**20:.1f} MiB", ratio,
                          1.10, ratio <= 1.10))
         elif not args.no_rss:
-            iterations = 3 if args.quick else 6
-            base, *others = (peak_rss(name, mode, iterations) for mode in RSS_MODES)
-            rows.append((name, f"peak RSS plain {base // 1024} MiB", 1.0, None, None))
-            for mode, peak in zip(RSS_MODES[1:], others, strict=True):
-                ratio = peak / base
-                rows.append((name, f"peak RSS {mode} {peak // 1024} MiB", ratio, 1.05,
-                             ratio <= 1.05))
+            rows += rss_rows(name, 3 if args.quick else 6)
     where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, "
           f"medians of {reps}")

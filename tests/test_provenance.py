@@ -15,6 +15,7 @@ from torch import nn
 from torch.autograd.function import Function
 from torch.utils.checkpoint import checkpoint
 
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.provenance import (
     MODULE_KEY,
     SOURCE_KEY,
@@ -528,11 +529,11 @@ def test_scopes_hold_no_module_frame_or_tensor() -> None:
     x = torch.randn(2, 3, requires_grad=True)
     with Provenance():
         out = net(x)
-    region = out.grad_fn.metadata[SCOPE_KEY]
+    region = node_metadata(out.grad_fn)[SCOPE_KEY]
     assert type(region) is Region
     assert region.module is region.origin is region.caller is region.versions is None
     list(nodes(out.grad_fn))  # annotate: Scopes now
-    scopes = [n.metadata[SCOPE_KEY] for n in non_leaf(nodes(out.grad_fn))]
+    scopes = [node_metadata(n)[SCOPE_KEY] for n in non_leaf(nodes(out.grad_fn))]
     assert scopes and all(type(s) is Scope for s in scopes)
     for holder in (region, *scopes):
         for name in holder.__slots__:
@@ -897,5 +898,6 @@ def test_metadata_keys_are_the_contract() -> None:
     lin = nn.Linear(2, 2)
     with Provenance():
         y = lin(x)
-    assert y.grad_fn.metadata[SOURCE_KEY]["line"] == source_of(y.grad_fn)["line"]
-    assert y.grad_fn.metadata[MODULE_KEY] == "lin"
+    assert node_metadata(y.grad_fn)[SOURCE_KEY]["line"] == source_of(y.grad_fn)["line"]
+    assert node_metadata(y.grad_fn)[MODULE_KEY] == "lin"
+    assert y.grad_fn.metadata[MODULE_KEY] == "lin"  # once read, in the node's own metadata

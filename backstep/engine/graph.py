@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from backstep.engine.pending_tags import PENDING
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.events.text import compact_json, str_text
 
 ID_KEY = "backstep.id"  # this session's key: a later session (attach() again) has its own
@@ -128,8 +130,9 @@ class Graph:
         """``node_id`` of every node, inline (every node of every recorded pass), and its tags
         into ``sources`` and ``modules`` when given."""
         ids = []
+        settle = PENDING and node_metadata  # provenance's forward tags, moved in on first read
         for node in self.nodes:
-            metadata = node.metadata
+            metadata = settle(node) if settle else node.metadata
             value = metadata.get(ID_KEY)
             if value is None:
                 value = metadata[ID_KEY] = next(_ids)
@@ -151,7 +154,7 @@ class Graph:
 
     def describe(self, i: int, leaf_name: str | None) -> dict[str, Any]:
         """The node as ``pass_begin`` lists it."""
-        metadata = self.nodes[i].metadata
+        metadata = node_metadata(self.nodes[i])
         ids = self.ids
         return {
             "id": ids[i],
@@ -166,7 +169,7 @@ class Graph:
         """Each node's forward source and module path (``provenance``), or None."""
         sources, modules = [], []
         for node in self.nodes:
-            metadata = node.metadata
+            metadata = node_metadata(node)
             sources.append(metadata.get(SOURCE_KEY))
             modules.append(metadata.get(MODULE_KEY))
         return sources, modules

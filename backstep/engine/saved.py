@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.summary.format import dtype_text
 from backstep.engine.torch_api import saved_tensor_data
 from backstep.events.form import compact_saved
@@ -171,7 +172,7 @@ def saved_record(node: Any) -> tuple[list[dict[str, Any]], str | None]:
         key: list[Any] = [kind]
         versions: list[int] = []  # recorded versions, in entry order
         if tensors:
-            recorded = node.metadata.get(VERSIONS_KEY)
+            recorded = node_metadata(node).get(VERSIONS_KEY)
             for raw_attr, attr, name in tensors:
                 raw = getattr(node, raw_attr)
                 if not SAVED_DATA:  # each one "unknown": the node's kind decides the entries
@@ -306,7 +307,7 @@ def saved_status(node: Any, check: bool = False) -> list[dict[str, Any]]:
     """
     try:
         tensors, scalars = _attribute_names(node)
-        recorded = node.metadata.get(VERSIONS_KEY) if tensors else None
+        recorded = node_metadata(node).get(VERSIONS_KEY) if tensors else None
         out = []
         for name in tensors:
             raw = getattr(node, _RAW + name)

@@ -41,6 +41,7 @@ from backstep.engine.capture.values import TensorValues
 from backstep.engine.compiled.regions import Regions
 from backstep.engine.controller import Controller
 from backstep.engine.graph import MODULE_KEY, SOURCE_KEY, Graph, display_name, gradient_edge
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.recorder import Sink
 from backstep.engine.summary import SummaryBatch
 from backstep.engine.torch_api import compile_tracing
@@ -354,7 +355,8 @@ class Capture(Hooks, Output, TensorValues):
         roots = [graph.nodes[i] for i in p.options["roots"] if graph.names[i] != ACCUMULATE]
         try:
             return bool(roots) and all(
-                root.metadata.get(SOURCE_KEY) is None and root.metadata.get(MODULE_KEY) is None
+                node_metadata(root).get(SOURCE_KEY) is None
+                and node_metadata(root).get(MODULE_KEY) is None
                 and root._sequence_nr() < since[1] for root in roots)
         except Exception:  # noqa: BLE001 - informative only: say nothing
             return False

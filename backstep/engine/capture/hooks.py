@@ -28,6 +28,7 @@ from backstep.engine.capture.passes import (
 )
 from backstep.engine.controller import BackstepAbort, Controller
 from backstep.engine.graph import display_name
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.recorder import Sink
 from backstep.engine.saved import saved_record, saved_status
 from backstep.engine.sharded import as_local
@@ -117,7 +118,7 @@ class Hooks:
             node = graph.nodes[i]
             detail = controller.breakpoints.match_node(
                 display_name(graph.names[i]),
-                node.metadata.get("backstep.module"),
+                node_metadata(node).get("backstep.module"),
                 p.leaf_names.get(i),
             )
             if detail is not None:

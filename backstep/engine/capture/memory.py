@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from backstep.engine.graph import SOURCE_KEY
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.saved import saved_tensors
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
@@ -213,7 +214,7 @@ def holder(frame: Any, passes: set[int]) -> dict[str, Any] | None:
             for name, value in list(scope.items())[:4096]:
                 fn = _reaches(value, passes, budget)
                 if fn is not None:
-                    source = fn.metadata.get(SOURCE_KEY) if fn is not True else None
+                    source = node_metadata(fn).get(SOURCE_KEY) if fn is not True else None
                     if source is None:
                         code = frame.f_code
                         source = {"file": code.co_filename, "line": frame.f_lineno,

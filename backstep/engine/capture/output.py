@@ -19,6 +19,7 @@ from backstep.engine.capture.passes import (
 )
 from backstep.engine.controller import Controller
 from backstep.engine.graph import display_name
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.recorder import Sink, emit_all
 from backstep.engine.saved import has_saved, saved_status
 from backstep.engine.summary import SummaryBatch
@@ -191,7 +192,7 @@ class Output:
         graph = p.graph
         if not specs or graph is None or not graph.names:
             return
-        modules = [node.metadata.get("backstep.module") for node in graph.nodes]
+        modules = [node_metadata(node).get("backstep.module") for node in graph.nodes]
         leaves = [p.leaf_names.get(i) for i in range(len(graph.names))]
         if not any(modules):  # no module was read (provenance off): no module spec can be judged
             specs = [s for s in specs if s["kind"] != "module"]

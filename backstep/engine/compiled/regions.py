@@ -15,6 +15,7 @@ from typing import Any
 from backstep.engine.compiled import region
 from backstep.engine.compiled.artifacts import CompileLog
 from backstep.engine.graph import MODULE_KEY, SOURCE_KEY, display_name
+from backstep.engine.pending_tags import metadata as node_metadata
 
 NAMED = 3  # consumers named per output; more are counted
 
@@ -75,7 +76,7 @@ def output_name(graph: Any, k: int, consumers: list[int]) -> str:
 
 
 def _consumer(graph: Any, j: int) -> str:
-    metadata = graph.nodes[j].metadata
+    metadata = node_metadata(graph.nodes[j])
     text = f"{display_name(graph.names[j])} #{graph.ids[j]}"
     module, source = metadata.get(MODULE_KEY), metadata.get(SOURCE_KEY)
     if isinstance(module, str) and module:

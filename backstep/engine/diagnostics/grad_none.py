@@ -97,9 +97,10 @@ class WarningHook:
         grad_fn = getattr(tensor, "grad_fn", None) if tensor is not None else None
         if grad_fn is not None:
             try:
-                metadata = grad_fn.metadata
                 from backstep.engine.graph import id_in  # torch is loaded: a grad_fn
+                from backstep.engine.pending_tags import metadata as node_metadata
 
+                metadata = node_metadata(grad_fn)
                 node_id = id_in(metadata)
                 made = metadata.get(_SOURCE_KEY)
             except Exception:  # noqa: BLE001

@@ -4,7 +4,8 @@
 Call ``annotate(roots)`` on a graph before reading it (it completes the tags of the nodes made
 inside torch's composite functions and torch's own modules, cheaply left for later during the
 forward; ``source_of`` and ``module_of`` complete a node themselves); then each node created
-while installed carries, in ``node.metadata``,
+while installed carries, in ``node.metadata`` (held in ``pending_tags`` until the node is
+first read: read them with ``pending_tags.metadata(node)``, never ``node.metadata``),
   "backstep.source"          {"file": abs path, "line": int, "code": stripped text}
   "backstep.module"          "model.encoder.layers.3.self_attn"  (innermost running module)
   "backstep.saved_versions"  {saved name: tensor version when the node was made}
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.provenance import inplace as provenance_inplace
 from backstep.engine.provenance import warnings as provenance_warnings
 from backstep.engine.provenance.frames import forget_code
@@ -169,7 +171,7 @@ def _metadata(node: Any, key: str) -> Any:
     try:
         if node is None:
             return None
-        metadata = node.metadata
+        metadata = node_metadata(node)
         if type(metadata.get(SCOPE_KEY)) is Region:
             resolve(node, metadata)  # made inside torch's modules: named when first asked
         return metadata.get(key)

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch._C._autograd import _get_sequence_nr
 
+from backstep.engine.pending_tags import metadata as node_metadata
 from backstep.engine.provenance import calls as provenance_calls
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance.frames import (
@@ -147,7 +148,7 @@ def _rerun_source() -> Any:
     """Source of the node whose backward re-runs a forward (the ``checkpoint(...)`` line)."""
     try:
         node = _autograd_node() if _autograd_node is not None else None
-        return node.metadata.get(SOURCE_KEY) if node is not None else None
+        return node_metadata(node).get(SOURCE_KEY) if node is not None else None
     except Exception:
         return None
 

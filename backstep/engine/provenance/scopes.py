@@ -55,6 +55,8 @@ import torch
 from torch import nn
 
 from backstep.engine.naming import module_paths
+from backstep.engine.pending_tags import IF_UNTAGGED
+from backstep.engine.pending_tags import entry as pending_entry
 from backstep.engine.provenance.frames import code_file
 
 SOURCE_KEY = "backstep.source"
@@ -320,9 +322,10 @@ def _tag(region: Region, tensor: Any) -> None:
     number = node._sequence_nr()
     if number < region.start or number >= region.end:
         return
-    metadata = node.metadata
+    metadata = pending_entry(node, number)  # not node.metadata: see pending_tags
     if metadata and (SOURCE_KEY in metadata or MODULE_KEY in metadata or SCOPE_KEY in metadata):
         return
+    metadata[IF_UNTAGGED] = True  # a node read (and tagged) before this keeps its tags
     # the region's line and module until resolve() names the innermost module call
     if region.source is not None:
         metadata[SOURCE_KEY] = region.source

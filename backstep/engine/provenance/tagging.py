@@ -28,7 +28,11 @@ from torch._C._autograd import _get_sequence_nr
 from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
+from backstep.engine import pending_tags
 from backstep.engine import saved as saved_tensors
+from backstep.engine.pending_tags import PENDING as _pending
+from backstep.engine.pending_tags import metadata as node_metadata
+from backstep.engine.pending_tags import peek
 from backstep.engine.provenance import cuts as provenance_cuts
 from backstep.engine.provenance import scopes as provenance_scopes
 from backstep.engine.provenance.frames import find_source
@@ -157,7 +161,8 @@ class TaggingMode(TorchFunctionMode):
             grad_fn = getattr(tensor, "grad_fn", None)
             if grad_fn is None:
                 return
-            module = grad_fn.metadata.get(MODULE_KEY)
+            tags = peek(grad_fn)  # the forward's tags, read without making its metadata
+            module = (tags if tags is not None else node_metadata(grad_fn)).get(MODULE_KEY)
             provenance_cuts.note("detach", module, find_source(caller, self.tracker.entries()))
         except Exception:
             pass
@@ -218,12 +223,19 @@ class TaggingMode(TorchFunctionMode):
             if not isinstance(value, torch.Tensor):
                 continue
             node = value.grad_fn
-            if node is None or not start <= node._sequence_nr() < end:
+            if node is None:
                 continue
-            if tagged and node in tagged:
+            number = node._sequence_nr()
+            if not start <= number < end or (tagged and node in tagged):
                 continue
             tagged.append(node)
-            metadata = node.metadata
+            # not node.metadata (see pending_tags); pending_tags.entry, inline: every op's output
+            found = _pending.get(number)
+            if found is None or found[0] is not type(node):
+                metadata = {}
+                _pending[number] = (type(node), metadata)
+            else:
+                metadata = found[1]
             if source is not None:
                 metadata[SOURCE_KEY] = source
             if module is not None:
@@ -239,6 +251,8 @@ class TaggingMode(TorchFunctionMode):
                         metadata[SAVED_VERSIONS_KEY] = versions
                 except Exception:
                     pass
+        if len(_pending) > pending_tags.LIMIT:
+            pending_tags.bound()
 
 
 def annotate(roots: Any) -> int:
@@ -263,7 +277,7 @@ def annotate(roots: Any) -> int:
         if node in done:
             continue
         done.add(node)
-        metadata = node.metadata
+        metadata = node_metadata(node)
         span = metadata.get(SPAN_KEY)
         scope = metadata.get(SCOPE_KEY)
         if type(scope) is Region:
@@ -276,7 +290,7 @@ def annotate(roots: Any) -> int:
             if parent is None:
                 continue
             if span is not None or scope is not None:
-                inherited = parent.metadata
+                inherited = node_metadata(parent)
                 if (SOURCE_KEY not in inherited and MODULE_KEY not in inherited
                         and SCOPE_KEY not in inherited):
                     tagged = False
