@@ -95,7 +95,7 @@ def test_a_live_session_arms_the_briefed_capture_and_a_bare_one_does_not() -> No
         assert isinstance(live.capture, BriefedCapture)
         assert type(bare.capture) is Capture
     finally:
-        for session in (live, bare):
+        for session in (bare, live):  # the last installed first: each restores what it found
             session.capture.uninstall()
 
 
