@@ -123,3 +123,27 @@ class Console:
 
     def answer(self, source: str) -> dict[str, Any]:
         return next(a for s, _, a in self.answers if s == source)
+
+
+def mlp_events() -> list[dict]:
+    """The events of one recorded pass of a small MLP (MSE loss), with provenance: the memory
+    view's and the Saved panel's tests read its memory event."""
+    import torch.nn as nn
+
+    from backstep.engine.provenance import Provenance, annotate
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 16))
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    recorder = ListRecorder()
+    capture, provenance = Capture(recorder), Provenance()
+    capture.annotate = annotate  # as engine/session.py wires them
+    capture.install()
+    provenance.install()
+    try:
+        nn.functional.mse_loss(model(x), y).backward()
+    finally:
+        provenance.uninstall()
+        capture.uninstall()
+    events = [{"event": "session", "version": 1, "torch": torch.__version__, "argv": ["x"]}]
+    return events + [dict(e) for e in recorder.events]

@@ -11,7 +11,7 @@ from backstep.engine.recorder import ListRecorder
 from backstep.tui.panels.saved import SavedPanel
 from backstep.tui.state.memory_table import memory_table, saved_costs
 from backstep.tui.state.model import SessionModel
-from tests.test_tui_memory import mlp_events
+from tests.engine_fixtures import mlp_events
 from tests.tui_fixtures import RecordingLink, live_app
 from tests.tui_pilot import pilot, settle, type_query
 

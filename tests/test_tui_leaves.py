@@ -215,7 +215,7 @@ async def test_leaves_that_come_after_the_first_frame_keep_the_scrollbar_s_room(
     """Found running time_sequence_prediction at 110x32: the columns were fitted to the
     panel before its leaves came, and the vertical scrollbar the leaves brought took a column
     from them: "change" was cut and a horizontal scrollbar drew its thumb on the last row."""
-    from tests.test_tui_search import unrolled_events
+    from tests.tui_fixtures import unrolled_events
 
     events = unrolled_events(12)
     for node in events[1]["nodes"]:  # a leaf of its own at every step: 13 rows, it scrolls

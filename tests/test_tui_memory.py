@@ -3,37 +3,15 @@ the pass runs; the same rows as ``backstep memory``."""
 
 from __future__ import annotations
 
-import torch
-import torch.nn as nn
 from textual.widgets import DataTable
 
-from backstep.engine.capture import Capture
-from backstep.engine.provenance import Provenance, annotate
-from backstep.engine.recorder import ListRecorder
 from backstep.traces.memory import rows
 from backstep.tui.panels.memory import MemoryScreen
 from backstep.tui.state.memory_table import memory_table
 from backstep.tui.state.model import SessionModel
+from tests.engine_fixtures import mlp_events
 from tests.tui_fixtures import RecordingLink, live_app
 from tests.tui_pilot import pilot
-
-
-def mlp_events() -> list[dict]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 16))
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    recorder = ListRecorder()
-    capture, provenance = Capture(recorder), Provenance()
-    capture.annotate = annotate  # as engine/session.py wires them
-    capture.install()
-    provenance.install()
-    try:
-        nn.functional.mse_loss(model(x), y).backward()
-    finally:
-        provenance.uninstall()
-        capture.uninstall()
-    events = [{"event": "session", "version": 1, "torch": torch.__version__, "argv": ["x"]}]
-    return events + [dict(e) for e in recorder.events]
 
 
 def mlp_events_memory() -> dict:

@@ -22,6 +22,7 @@ from tests.tui_fixtures import (
     long_name_events,
     no_wider,
     two_passes_own_ids,
+    unrolled_events,
 )
 from tests.tui_pilot import pilot, screen_text, settle, type_query
 
@@ -126,33 +127,6 @@ async def test_search_while_reviewing_in_the_module_view() -> None:
         panel = app.query_one(ModulePanel)
         assert app.selected == MUL and app.focused is panel
         assert panel.cursor_node is not None and panel.cursor_node.data == ("node", MUL)
-
-
-def unrolled_events(steps: int = 20) -> list[dict]:
-    """An LSTM cell unrolled over ``steps`` time steps, as time_sequence_prediction's: a chain
-    of AddBackward0 with, at every step, the same three-node branch (AddmmBackward0, TBackward0,
-    ViewBackward0, all in ``net.cell`` from one forward line) into the shared weight."""
-    from tests.tui_fixtures import stop_at
-
-    def node(i: int, name: str, nxt: list[int], leaf: str | None = None) -> dict:
-        return {"id": i, "name": name, "next": nxt, "leaf": leaf, "module": "net.cell",
-                "source": None if leaf else {"file": "train.py", "line": 22,
-                                             "code": "h, c = self.cell(x, (h, c))"}}
-
-    weight = 4 * steps + 10
-    nodes = [node(1, "MeanBackward0", [2 + 4 * (steps - 1)])]
-    for t in range(steps):
-        a = 2 + 4 * t
-        nodes += [node(a, "AddBackward0", [a - 4 if t else weight + 1, a + 1]),
-                  node(a + 1, "AddmmBackward0", [a + 2]), node(a + 2, "TBackward0", [a + 3]),
-                  node(a + 3, "ViewBackward0", [weight])]
-    nodes += [node(weight, "AccumulateGrad", [], leaf="net.cell.weight"),
-              node(weight + 1, "AccumulateGrad", [], leaf="h0")]
-    begin = {"event": "pass_begin", "pass": 1, "parent": None, "api": "backward",
-             "retain_graph": False, "create_graph": False, "roots": [1], "inputs": None,
-             "nodes": nodes}
-    session = {"event": "session", "version": 1, "torch": "t", "argv": ["train.py"], "pid": 1}
-    return [session, begin, stop_at(begin, 1)]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (110, 32), (200, 50)],

@@ -43,9 +43,11 @@ _RUNNER_FILE = runner.__file__  # where the script's stack begins under backstep
 # capture's backward wrapper and ``_run``: between torch.autograd.backward and the engine
 _CAPTURE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "capture", "__init__.py")
-# the planned capture (trace --every/--when, and every trace's history) wraps that wrapper
-_PLANNED_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "planned.py")
+# the briefed capture (every pass's history: trace's and a live session's) and the planned one
+# on top of it (trace --every/--when) wrap that wrapper
+_ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BRIEFED_FILES = (os.path.join(_ENGINE_DIR, "briefed.py"),
+                  os.path.join(_ENGINE_DIR, "planned.py"))
 _MODE_CODE: CodeType = provenance_tagging.TaggingMode.__torch_function__.__code__
 _installed: list[Any] = []  # [previous showwarning, the filter tuple, previous warn] while installed
 _users = [0]  # install() calls not yet undone (provenance's, capture's)
@@ -80,7 +82,7 @@ def plain_frame(site: FrameType | None, wanted: int) -> tuple[FrameType | None, 
             counted += 1
             name = code.co_filename
             ours = False
-            if name in (_FILE, _WRAPPER_FILE, _CAPTURE_FILE, _PLANNED_FILE):
+            if name in (_FILE, _WRAPPER_FILE, _CAPTURE_FILE, *_BRIEFED_FILES):
                 ours = True
                 if code is _MODE_CODE:
                     called = frame.f_locals.get("func")
